@@ -128,7 +128,12 @@ enum Align {
 
 /// Renders one header or data record, which spans as many lines as its
 /// tallest cell.
-fn render_record(out: &mut String, cells: &[String], widths: &[usize], align: impl Fn(usize) -> Align) {
+fn render_record(
+    out: &mut String,
+    cells: &[String],
+    widths: &[usize],
+    align: impl Fn(usize) -> Align,
+) {
     let split: Vec<Vec<&str>> = cells.iter().map(|c| c.split('\n').collect()).collect();
     let height = split.iter().map(Vec::len).max().unwrap_or(1).max(1);
     for k in 0..height {
@@ -364,8 +369,14 @@ mod tests {
         assert_eq!(format_value(&Value::Bool(true)), "t");
         assert_eq!(format_value(&Value::Bool(false)), "f");
         assert_eq!(format_value(&Value::String("a b".into())), "a b");
-        assert_eq!(format_value(&Value::Json("{\"a\": 1}".into())), "{\"a\": 1}");
-        assert_eq!(format_value(&Value::Bytes(vec![0, 0xab, 0x10])), "\\x00ab10");
+        assert_eq!(
+            format_value(&Value::Json("{\"a\": 1}".into())),
+            "{\"a\": 1}"
+        );
+        assert_eq!(
+            format_value(&Value::Bytes(vec![0, 0xab, 0x10])),
+            "\\x00ab10"
+        );
         assert_eq!(format_value(&Value::Bytes(vec![])), "\\x");
         assert_eq!(format_value(&Value::Numeric(12_500_000_000)), "12.5");
         assert_eq!(format_value(&Value::Numeric(-1)), "-0.000000001");

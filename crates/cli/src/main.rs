@@ -74,14 +74,20 @@ mod tests {
 
     #[test]
     fn parses_shell_arguments() {
-        let cli = Cli::try_parse_from(["spindle", "shell", "--data-dir", "/tmp/x", "-c", "SELECT 1"])
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(["spindle", "shell", "--data-dir", "/tmp/x", "-c", "SELECT 1"])
+                .unwrap();
         let Some(Command::Shell(args)) = cli.command else {
             panic!("expected the shell command");
         };
-        assert_eq!(args.data_dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
+        assert_eq!(
+            args.data_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/x"))
+        );
         assert_eq!(args.commands, vec!["SELECT 1"]);
-        assert!(Cli::try_parse_from(["spindle", "shell", "--data-dir", "x", "--in-memory"]).is_err());
+        assert!(
+            Cli::try_parse_from(["spindle", "shell", "--data-dir", "x", "--in-memory"]).is_err()
+        );
         assert!(Cli::try_parse_from(["spindle"]).unwrap().command.is_none());
     }
 }

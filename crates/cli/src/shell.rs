@@ -43,7 +43,12 @@ pub struct ShellArgs {
     pub commands: Vec<String>,
 
     /// Run the statements in FILE and exit (`-` reads stdin).
-    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with = "commands")]
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        conflicts_with = "commands"
+    )]
     pub file: Option<PathBuf>,
 }
 
@@ -241,12 +246,14 @@ impl Shell {
 
     /// End of input: runs the last statement if it lacks its `;`.
     pub fn finish(&mut self) -> Flow {
-        let flow = match self.splitter.finish() {
-            Some(statement) => self.execute(&statement),
-            None => Flow::Continue,
-        };
-        self.flush();
-        flow
+        let mut flow = Flow::Continue;
+        for statement in self.splitter.finish() {
+            flow = self.execute(&statement);
+            if flow == Flow::Quit {
+                break;
+            }
+        }
+        self.flush_flow(flow)
     }
 
     /// Drops any partially typed statement.
@@ -366,9 +373,7 @@ impl Shell {
                 self.write(&format!("Timing is {state}.\n"))
             }
             _ => {
-                self.report_shell_error(&format!(
-                    "invalid command {name}\nTry \\? for help."
-                ));
+                self.report_shell_error(&format!("invalid command {name}\nTry \\? for help."));
                 Flow::Continue
             }
         };
@@ -401,7 +406,12 @@ impl Shell {
 
     /// Runs the first of `queries` that the database accepts and prints its
     /// rows; `if_empty` is reported as an error when it returns no rows.
-    fn catalog_query(&mut self, queries: &[&str], params: &[Value], if_empty: Option<&str>) -> Flow {
+    fn catalog_query(
+        &mut self,
+        queries: &[&str],
+        params: &[Value],
+        if_empty: Option<&str>,
+    ) -> Flow {
         let mut first_error = None;
         for sql in queries {
             match self.session.query(sql, params) {

@@ -20,7 +20,9 @@
 enum State {
     Normal,
     /// Inside `'…'`; `backslash` when backslash escapes apply (`E'…'`).
-    Single { backslash: bool },
+    Single {
+        backslash: bool,
+    },
     /// Inside `"…"`.
     Double,
     /// Inside `` `…` ``.
@@ -28,9 +30,13 @@ enum State {
     /// Inside `-- …` up to the end of the line.
     LineComment,
     /// Inside `/* … */`, nested `depth` levels deep.
-    BlockComment { depth: u32 },
+    BlockComment {
+        depth: u32,
+    },
     /// Inside `$tag$…$tag$`; holds the whole delimiter, e.g. `$fn$`.
-    Dollar { tag: String },
+    Dollar {
+        tag: String,
+    },
 }
 
 /// Incremental statement splitter; see the module documentation.
@@ -98,18 +104,21 @@ impl Splitter {
         self.content_start = 0;
     }
 
-    /// Ends the input: returns the unterminated last statement, if it has
-    /// any content (a statement need not end with `;` at the end of input).
-    pub fn finish(&mut self) -> Option<String> {
-        let done = self.scan(true);
-        debug_assert!(done.is_empty(), "eof scan completes no statement");
-        let rest = if self.has_content {
-            Some(self.buf[self.content_start..].trim().to_string())
-        } else {
-            None
-        };
+    /// Ends the input: returns the statements still pending, including an
+    /// unterminated last one if it has any content (a statement need not
+    /// end with `;` at the end of input).
+    pub fn finish(&mut self) -> Vec<String> {
+        // Only held-back lookahead characters are scanned here; none of
+        // them can complete a statement, but nothing is lost if one did.
+        let mut statements = self.scan(true);
+        if self.has_content {
+            let rest = self.buf[self.content_start..].trim();
+            if !rest.is_empty() {
+                statements.push(rest.to_string());
+            }
+        }
         self.clear();
-        rest.filter(|s| !s.is_empty())
+        statements
     }
 
     /// Scans as far as possible. Without `eof`, a character whose meaning
@@ -259,7 +268,6 @@ impl Splitter {
         self.content_start = self.content_start.saturating_sub(start);
         out
     }
-
 }
 
 /// Notes statement text at `i`: the first such position of a statement is
@@ -422,7 +430,7 @@ mod tests {
         assert!(sp.is_blank());
         sp.push("SELECT 'open;\n");
         assert!(!sp.is_blank());
-        assert_eq!(sp.finish().as_deref(), Some("SELECT 'open;"));
+        assert_eq!(sp.finish(), vec!["SELECT 'open;"]);
         assert!(sp.is_blank());
     }
 }

@@ -122,8 +122,16 @@ fn command_flag_runs_sql_and_sets_exit_status() {
         "",
     );
     assert_eq!(failed.status.code(), Some(1));
-    assert!(stderr(&failed).starts_with("ERROR:  "), "{}", stderr(&failed));
-    assert!(stderr(&failed).contains("(SQLSTATE 42703)"), "{}", stderr(&failed));
+    assert!(
+        stderr(&failed).starts_with("ERROR:  "),
+        "{}",
+        stderr(&failed)
+    );
+    assert!(
+        stderr(&failed).contains("(SQLSTATE 42703)"),
+        "{}",
+        stderr(&failed)
+    );
     assert_eq!(stdout(&failed), " two\n-----\n   2\n(1 row)\n\n");
 }
 
@@ -139,10 +147,21 @@ fn data_persists_across_invocations() {
     assert_eq!(first.status.code(), Some(0), "stderr:\n{}", stderr(&first));
 
     let second = spindle(
-        &["shell", "--data-dir", &dir, "-c", "SELECT singer_id, name FROM singers ORDER BY singer_id"],
+        &[
+            "shell",
+            "--data-dir",
+            &dir,
+            "-c",
+            "SELECT singer_id, name FROM singers ORDER BY singer_id",
+        ],
         "",
     );
-    assert_eq!(second.status.code(), Some(0), "stderr:\n{}", stderr(&second));
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        stderr(&second)
+    );
     assert_eq!(
         stdout(&second),
         " singer_id |   name\n-----------+----------\n         1 | Marc\n         2 | Catalina\n(2 rows)\n\n"
@@ -156,12 +175,26 @@ fn default_data_dir_comes_from_the_environment() {
     let env = [("SPINDLE_DATA_DIR", dir.as_path())];
 
     let create = spindle_env(&["shell", "-c", CREATE_SINGERS], "", &env);
-    assert_eq!(create.status.code(), Some(0), "stderr:\n{}", stderr(&create));
-    assert!(dir.exists(), "the database was not created in $SPINDLE_DATA_DIR");
+    assert_eq!(
+        create.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        stderr(&create)
+    );
+    assert!(
+        dir.exists(),
+        "the database was not created in $SPINDLE_DATA_DIR"
+    );
 
     let dir_arg = dir.to_string_lossy().into_owned();
     let count = spindle(
-        &["shell", "--data-dir", &dir_arg, "-c", "SELECT count(*) AS n FROM singers"],
+        &[
+            "shell",
+            "--data-dir",
+            &dir_arg,
+            "-c",
+            "SELECT count(*) AS n FROM singers",
+        ],
         "",
     );
     assert_eq!(count.status.code(), Some(0), "stderr:\n{}", stderr(&count));
@@ -178,7 +211,10 @@ fn in_memory_database_and_shell_commands() {
     // The unknown backslash command counts as a failure.
     assert_eq!(out.status.code(), Some(1), "stdout:\n{so}\nstderr:\n{se}");
     assert!(so.contains("Shell commands:"), "{so}");
-    assert!(so.contains("  s  | n\n-----+---\n a;b | 3\n(1 row)\n"), "{so}");
+    assert!(
+        so.contains("  s  | n\n-----+---\n a;b | 3\n(1 row)\n"),
+        "{so}"
+    );
     assert!(se.contains("invalid command \\bogus"), "{se}");
     assert!(!so.contains("not run"), "`quit` must stop the script: {so}");
 }
@@ -190,7 +226,13 @@ fn cannot_open_database_is_fatal() {
     let file = tmp.path().join("file");
     std::fs::write(&file, "not a directory").unwrap();
     let out = spindle(
-        &["shell", "--data-dir", &file.to_string_lossy(), "-c", "SELECT 1"],
+        &[
+            "shell",
+            "--data-dir",
+            &file.to_string_lossy(),
+            "-c",
+            "SELECT 1",
+        ],
         "",
     );
     assert_eq!(out.status.code(), Some(2), "stderr:\n{}", stderr(&out));
