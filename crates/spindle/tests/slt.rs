@@ -19,8 +19,8 @@
 //! * `SPINDLE_SLT_FILTER=substr` — only trials whose name contains `substr`
 //!   (the libtest filter `cargo test --test slt -- substr` works too).
 //! * `SPINDLE_SLT_BUDGET_SECS` — time budget per report file (default 45).
-//! * `SPINDLE_SLT_TIMEOUT_SECS` — give up on a file after this long
-//!   (default 600; report files: budget + 60).
+//! * `SPINDLE_SLT_TIMEOUT_SECS` — give up on a file (a statement that does
+//!   not return) after this long (default 300; report files: budget + 60).
 //! * `SPINDLE_SLT_SQLITE=dir` — another corpus location; `SPINDLE_SLT_SQLITE=off`
 //!   skips the corpus.
 //! * `SPINDLE_SLT_DISK=1` — also run every own file on the on-disk backend.
@@ -83,7 +83,7 @@ fn main() {
     let own_dir = manifest.join("../../sql-tests");
     let filter = env::var("SPINDLE_SLT_FILTER").ok().filter(|f| !f.is_empty());
     let budget = env_secs("SPINDLE_SLT_BUDGET_SECS", 45);
-    let timeout = env_secs("SPINDLE_SLT_TIMEOUT_SECS", 600);
+    let timeout = env_secs("SPINDLE_SLT_TIMEOUT_SECS", 300);
     let report_timeout = budget + Duration::from_secs(60);
     let also_disk = env::var("SPINDLE_SLT_DISK").is_ok_and(|v| v == "1");
 

@@ -70,7 +70,7 @@ pub fn format_float(f: f64) -> String {
     if f.is_nan() {
         "NaN".to_string()
     } else if f.is_infinite() {
-        if f > 0.0 { "Infinity" } else { "-Infinity" }.to_string()
+        (if f > 0.0 { "Infinity" } else { "-Infinity" }).to_string()
     } else {
         format!("{f:.3}")
     }

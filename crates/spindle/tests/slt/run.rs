@@ -290,6 +290,7 @@ fn run_file(spec: &FileSpec, tally: &Mutex<Tally>) -> Result<(), String> {
         if let Some(deadline) = deadline {
             if counted && Instant::now() >= deadline {
                 let rest = 1 + records
+                    .by_ref()
                     .filter(|r| matches!(r, Record::Statement { .. } | Record::Query { .. }))
                     .count() as u64;
                 let mut t = tally.lock().unwrap();
