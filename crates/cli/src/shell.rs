@@ -383,25 +383,34 @@ impl Shell {
     /// `\dt`: the user's tables, with their interleaving parents.
     fn list_tables(&mut self) -> Flow {
         const QUERIES: &[&str] = &[
-            "SELECT table_name, parent_table_name, on_delete_action \
-             FROM information_schema.tables WHERE table_schema = '' ORDER BY table_name",
+            "SELECT table_name, parent_table_name, on_delete_action, interleave_type \
+             FROM information_schema.tables WHERE table_type = 'BASE TABLE' ORDER BY table_name",
+            // Without Spanner's interleaving columns.
             "SELECT table_name FROM information_schema.tables \
              WHERE table_schema NOT IN ('information_schema', 'pg_catalog') ORDER BY table_name",
         ];
         self.catalog_query(QUERIES, &[], None)
     }
 
-    /// `\d NAME`: the columns of one table.
+    /// `\d NAME`: the columns of one table. Table names are matched without
+    /// regard to case (as Spanner resolves them) unless written in quotes.
     fn describe_table(&mut self, table: &str) -> Flow {
         const QUERIES: &[&str] = &[
-            "SELECT column_name, spanner_type, is_nullable FROM information_schema.columns \
-             WHERE table_schema = '' AND table_name = $1 ORDER BY ordinal_position",
+            "SELECT column_name, spanner_type, is_nullable, is_primary_key, column_default \
+             FROM information_schema.columns WHERE table_schema <> 'information_schema' \
+             AND lower(table_name) = lower($1) ORDER BY ordinal_position",
+            "SELECT column_name, spanner_type, is_nullable, is_primary_key, column_default \
+             FROM information_schema.columns WHERE table_schema <> 'information_schema' \
+             AND table_name = $1 ORDER BY ordinal_position",
+            // Without Spanner's columns.
             "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
              WHERE table_name = $1 ORDER BY ordinal_position",
         ];
+        let quoted = table.starts_with('"');
         let table = unquote_identifier(table);
         let missing = format!("Did not find any relation named \"{table}\".");
-        self.catalog_query(QUERIES, &[Value::String(table)], Some(&missing))
+        let queries = if quoted { &QUERIES[1..] } else { QUERIES };
+        self.catalog_query(queries, &[Value::String(table)], Some(&missing))
     }
 
     /// Runs the first of `queries` that the database accepts and prints its
