@@ -1,1 +1,686 @@
-//! placeholder
+//! # spindle-catalog: tables, columns and interleaving
+//!
+//! The catalog is the schema of one database: its tables, their columns,
+//! primary keys and interleaving. It is a plain value: the transaction
+//! layer loads it from the store at a snapshot, a DDL statement edits a
+//! copy, and the commit writes the copy back in the same atomic batch as
+//! any data — so schema changes are atomic and survive restart.
+//!
+//! ## Invariants (enforced by [`Catalog::create_table`] and friends)
+//!
+//! * Names are unique case-insensitively; the SQL layer folds unquoted
+//!   identifiers to lower case before they get here.
+//! * A table has 1 to [`MAX_KEY_COLUMNS`] key columns (a table declared
+//!   without a primary key gets the hidden key column [`HIDDEN_KEY`]).
+//! * A table interleaved in a parent has a primary key that begins with the
+//!   parent's key columns: same names, types and directions, same order.
+//!   Its rows are stored under its parent's row key (see
+//!   `spindle_keys::key`), so the depth of interleaving is at most
+//!   [`MAX_INTERLEAVE_DEPTH`].
+//! * A table with interleaved children cannot be dropped; key columns
+//!   cannot be dropped.
+//! * Table and column ids are never reused, so stored rows stay readable
+//!   across ADD/DROP COLUMN.
+//!
+//! ```text
+//!   Singers (id 1)                         key: SingerId
+//!    └─ Albums (id 2)  IN PARENT, CASCADE   key: SingerId, AlbumId
+//!        └─ Songs (id 3) IN PARENT          key: SingerId, AlbumId, TrackId
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use spindle_keys::{DataType, Direction, KeyLevel, Value};
+
+/// Most key columns a table may have.
+pub const MAX_KEY_COLUMNS: usize = 16;
+/// Most levels of interleaving below a root table (a root is depth 1).
+pub const MAX_INTERLEAVE_DEPTH: usize = 7;
+/// Largest single value accepted (10 MiB).
+pub const MAX_VALUE_BYTES: usize = 10 * 1024 * 1024;
+/// Name of the key column given to tables declared without a primary key.
+pub const HIDDEN_KEY: &str = "_rowid";
+
+/// Catalog errors: all are the caller's invalid input.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum Error {
+    #[error("table \"{0}\" already exists")]
+    TableExists(String),
+    #[error("table \"{0}\" does not exist")]
+    NoSuchTable(String),
+    #[error("column \"{0}\" of table \"{1}\" does not exist")]
+    NoSuchColumn(String, String),
+    #[error("column \"{0}\" of table \"{1}\" already exists")]
+    ColumnExists(String, String),
+    #[error("invalid table definition: {0}")]
+    InvalidDefinition(String),
+    #[error("{0}")]
+    Dependent(String),
+    #[error("{0}")]
+    LimitExceeded(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What deleting a parent row does to its interleaved children.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnDelete {
+    Cascade,
+    NoAction,
+}
+
+/// `INTERLEAVE IN PARENT p` (the parent row must exist) or `INTERLEAVE IN p`
+/// (co-located only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InterleaveKind {
+    InParent,
+    In,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interleave {
+    /// Parent table's name (lower-cased catalog name).
+    pub parent: String,
+    pub kind: InterleaveKind,
+    pub on_delete: OnDelete,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Column {
+    pub id: u32,
+    pub name: String,
+    pub data_type: DataType,
+    pub nullable: bool,
+    /// The DEFAULT expression as SQL text, evaluated by the SQL layer.
+    pub default: Option<String>,
+    /// Hidden columns (the generated key of a key-less table) are not part
+    /// of `SELECT *`.
+    pub hidden: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyColumn {
+    pub name: String,
+    pub direction: Direction,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Table {
+    pub id: u32,
+    pub name: String,
+    pub columns: Vec<Column>,
+    pub primary_key: Vec<KeyColumn>,
+    pub interleave: Option<Interleave>,
+    pub next_column_id: u32,
+}
+
+impl Table {
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Index in `columns` of each key column, in key order.
+    pub fn key_indices(&self) -> Vec<usize> {
+        self.primary_key
+            .iter()
+            .filter_map(|k| self.column_index(&k.name))
+            .collect()
+    }
+
+    pub fn is_key_column(&self, name: &str) -> bool {
+        self.primary_key
+            .iter()
+            .any(|k| k.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn has_hidden_key(&self) -> bool {
+        self.columns.iter().any(|c| c.hidden)
+    }
+
+    pub fn parent_name(&self) -> Option<&str> {
+        self.interleave.as_ref().map(|i| i.parent.as_str())
+    }
+}
+
+/// A column as declared in CREATE TABLE / ALTER TABLE ADD COLUMN.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnDef {
+    pub name: String,
+    pub data_type: DataType,
+    pub nullable: bool,
+    pub default: Option<String>,
+}
+
+/// A CREATE TABLE, already parsed (names folded by the SQL layer).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableDef {
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Empty means "no primary key": a hidden key is generated.
+    pub primary_key: Vec<KeyColumn>,
+    pub interleave: Option<Interleave>,
+}
+
+/// The schema of a database.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Catalog {
+    /// Keyed by lower-cased name.
+    tables: BTreeMap<String, Table>,
+    next_table_id: u32,
+}
+
+fn fold(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+impl Catalog {
+    pub fn new() -> Self {
+        Catalog {
+            tables: BTreeMap::new(),
+            next_table_id: 1,
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serializing plain data structs with string keys cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    pub fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.tables.values()
+    }
+
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.get(&fold(name))
+    }
+
+    pub fn get_table(&self, name: &str) -> Result<&Table> {
+        self.table(name)
+            .ok_or_else(|| Error::NoSuchTable(name.to_string()))
+    }
+
+    pub fn table_by_id(&self, id: u32) -> Option<&Table> {
+        self.tables.values().find(|t| t.id == id)
+    }
+
+    /// Tables interleaved directly in `name`.
+    pub fn children(&self, name: &str) -> Vec<&Table> {
+        self.tables
+            .values()
+            .filter(|t| {
+                t.parent_name()
+                    .is_some_and(|p| p.eq_ignore_ascii_case(name))
+            })
+            .collect()
+    }
+
+    /// The chain of tables from the root down to `name` (inclusive).
+    pub fn ancestry(&self, name: &str) -> Result<Vec<&Table>> {
+        let mut chain = vec![self.get_table(name)?];
+        while let Some(parent) = chain[chain.len() - 1].parent_name() {
+            if chain.len() > MAX_INTERLEAVE_DEPTH + 1 {
+                return Err(Error::InvalidDefinition("interleave cycle".into()));
+            }
+            chain.push(self.get_table(parent)?);
+        }
+        chain.reverse();
+        Ok(chain)
+    }
+
+    /// Encodes the storage key of a row of `table` from its full primary-key
+    /// values (in key order): each level of the ancestry adds its marker and
+    /// the key columns it introduces.
+    pub fn encode_key(&self, table: &str, key: &[Value]) -> std::result::Result<Vec<u8>, KeyError> {
+        let chain = self.ancestry(table)?;
+        self.encode_key_prefix(&chain, key, true)
+    }
+
+    /// Encodes a key prefix of `chain`'s last table from the first
+    /// `prefix.len()` key values. When the prefix ends exactly at a level
+    /// boundary and `descend` is set, the next level's marker is added, so
+    /// the range only covers that table's subtree.
+    pub fn encode_key_prefix(
+        &self,
+        chain: &[&Table],
+        prefix: &[Value],
+        descend: bool,
+    ) -> std::result::Result<Vec<u8>, KeyError> {
+        let last = chain
+            .last()
+            .ok_or(KeyError::Catalog(Error::InvalidDefinition(
+                "empty chain".into(),
+            )))?;
+        let dirs: Vec<Direction> = last.primary_key.iter().map(|k| k.direction).collect();
+        let mut levels = Vec::new();
+        let mut start = 0;
+        for t in chain {
+            let end = t.primary_key.len();
+            if start > prefix.len() || (start == prefix.len() && !descend) {
+                break;
+            }
+            let stop = end.min(prefix.len());
+            levels.push(KeyLevel {
+                table_id: t.id,
+                values: &prefix[start..stop],
+                directions: &dirs[start..stop],
+            });
+            if stop < end {
+                break;
+            }
+            start = end;
+        }
+        Ok(spindle_keys::key::encode_row_key(&levels)?)
+    }
+
+    /// Decodes a storage key if it is a row of `chain`'s last table (returns
+    /// its key values), or `None` if it belongs to another table of the tree.
+    pub fn decode_key(
+        chain: &[&Table],
+        key: &[u8],
+    ) -> std::result::Result<Option<Vec<Value>>, spindle_keys::Error> {
+        let mut pos = 0;
+        let mut values = Vec::new();
+        let mut start = 0;
+        for t in chain {
+            if pos >= key.len() {
+                return Ok(None);
+            }
+            let id = spindle_keys::key::decode_table_prefix(key, &mut pos)?;
+            if id != t.id {
+                return Ok(None);
+            }
+            let n = t.primary_key.len() - start;
+            values.extend(spindle_keys::key::decode_values(key, &mut pos, n)?);
+            start = t.primary_key.len();
+        }
+        Ok(if pos == key.len() { Some(values) } else { None })
+    }
+
+    pub fn create_table(&mut self, def: TableDef) -> Result<&Table> {
+        let name = def.name.clone();
+        if self.table(&name).is_some() {
+            return Err(Error::TableExists(name));
+        }
+        if def.columns.is_empty() {
+            return Err(Error::InvalidDefinition(format!(
+                "table \"{name}\" has no columns"
+            )));
+        }
+        let mut columns: Vec<Column> = Vec::new();
+        let mut next_column_id = 1;
+        for c in &def.columns {
+            if columns.iter().any(|x| x.name.eq_ignore_ascii_case(&c.name)) {
+                return Err(Error::InvalidDefinition(format!(
+                    "column \"{}\" specified more than once",
+                    c.name
+                )));
+            }
+            if c.name.eq_ignore_ascii_case(HIDDEN_KEY) {
+                return Err(Error::InvalidDefinition(format!(
+                    "column name \"{HIDDEN_KEY}\" is reserved"
+                )));
+            }
+            columns.push(Column {
+                id: next_column_id,
+                name: c.name.clone(),
+                data_type: c.data_type.clone(),
+                nullable: c.nullable,
+                default: c.default.clone(),
+                hidden: false,
+            });
+            next_column_id += 1;
+        }
+        let mut primary_key = def.primary_key.clone();
+        if primary_key.is_empty() {
+            if def.interleave.is_some() {
+                return Err(Error::InvalidDefinition(
+                    "an interleaved table needs a primary key that begins with its parent's key"
+                        .into(),
+                ));
+            }
+            columns.push(Column {
+                id: next_column_id,
+                name: HIDDEN_KEY.into(),
+                data_type: DataType::Int64,
+                nullable: false,
+                default: None,
+                hidden: true,
+            });
+            next_column_id += 1;
+            primary_key.push(KeyColumn {
+                name: HIDDEN_KEY.into(),
+                direction: Direction::Asc,
+            });
+        }
+        if primary_key.len() > MAX_KEY_COLUMNS {
+            return Err(Error::LimitExceeded(format!(
+                "table \"{name}\" has {} key columns; at most {MAX_KEY_COLUMNS} are allowed",
+                primary_key.len()
+            )));
+        }
+        for (i, k) in primary_key.iter_mut().enumerate() {
+            if primary_key_dup(&def.primary_key, i) {
+                return Err(Error::InvalidDefinition(format!(
+                    "key column \"{}\" appears twice",
+                    k.name
+                )));
+            }
+            let col = columns
+                .iter_mut()
+                .find(|c| c.name.eq_ignore_ascii_case(&k.name))
+                .ok_or_else(|| Error::NoSuchColumn(k.name.clone(), name.clone()))?;
+            if !col.data_type.is_key_type() {
+                return Err(Error::InvalidDefinition(format!(
+                    "column \"{}\" of type {} cannot be part of a primary key",
+                    col.name, col.data_type
+                )));
+            }
+            k.name = col.name.clone();
+        }
+        if let Some(il) = &def.interleave {
+            let parent = self.get_table(&il.parent)?;
+            let depth = self.ancestry(&parent.name)?.len() + 1;
+            if depth > MAX_INTERLEAVE_DEPTH {
+                return Err(Error::LimitExceeded(format!(
+                    "interleaving \"{name}\" in \"{}\" makes a hierarchy {depth} tables deep; at most {MAX_INTERLEAVE_DEPTH} are allowed",
+                    parent.name
+                )));
+            }
+            if parent.has_hidden_key() {
+                return Err(Error::InvalidDefinition(format!(
+                    "cannot interleave in \"{}\": it has no primary key",
+                    parent.name
+                )));
+            }
+            if primary_key.len() <= parent.primary_key.len() {
+                return Err(Error::InvalidDefinition(format!(
+                    "the primary key of \"{name}\" must begin with the primary key of its parent \"{}\" and add at least one column",
+                    parent.name
+                )));
+            }
+            for (pk, ck) in parent.primary_key.iter().zip(&primary_key) {
+                let pcol = parent.column(&pk.name);
+                let ccol = columns
+                    .iter()
+                    .find(|c| c.name.eq_ignore_ascii_case(&ck.name));
+                let same = pk.name.eq_ignore_ascii_case(&ck.name)
+                    && pk.direction == ck.direction
+                    && pcol.map(|c| &c.data_type) == ccol.map(|c| &c.data_type);
+                if !same {
+                    return Err(Error::InvalidDefinition(format!(
+                        "the primary key of \"{name}\" must begin with the primary key of its parent \"{}\" ({}), with the same names, types and order",
+                        parent.name,
+                        parent.primary_key.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
+        }
+        let mut interleave = def.interleave.clone();
+        if let Some(il) = &mut interleave {
+            il.parent = self.get_table(&il.parent)?.name.clone();
+        }
+        let id = self.next_table_id;
+        self.next_table_id += 1;
+        let table = Table {
+            id,
+            name: name.clone(),
+            columns,
+            primary_key,
+            interleave,
+            next_column_id,
+        };
+        Ok(self.tables.entry(fold(&name)).or_insert(table))
+    }
+
+    pub fn drop_table(&mut self, name: &str) -> Result<Table> {
+        let table = self.get_table(name)?;
+        let children = self.children(&table.name);
+        if !children.is_empty() {
+            return Err(Error::Dependent(format!(
+                "cannot drop table \"{}\": table \"{}\" is interleaved in it",
+                table.name, children[0].name
+            )));
+        }
+        self.tables
+            .remove(&fold(name))
+            .ok_or_else(|| Error::NoSuchTable(name.to_string()))
+    }
+
+    pub fn add_column(&mut self, table: &str, def: ColumnDef) -> Result<&Column> {
+        let t = self
+            .tables
+            .get_mut(&fold(table))
+            .ok_or_else(|| Error::NoSuchTable(table.to_string()))?;
+        if t.column(&def.name).is_some() || def.name.eq_ignore_ascii_case(HIDDEN_KEY) {
+            return Err(Error::ColumnExists(def.name, t.name.clone()));
+        }
+        let id = t.next_column_id;
+        t.next_column_id += 1;
+        t.columns.push(Column {
+            id,
+            name: def.name,
+            data_type: def.data_type,
+            nullable: def.nullable,
+            default: def.default,
+            hidden: false,
+        });
+        Ok(&t.columns[t.columns.len() - 1])
+    }
+
+    pub fn drop_column(&mut self, table: &str, column: &str) -> Result<Column> {
+        let t = self
+            .tables
+            .get_mut(&fold(table))
+            .ok_or_else(|| Error::NoSuchTable(table.to_string()))?;
+        let idx = t
+            .column_index(column)
+            .filter(|i| !t.columns[*i].hidden)
+            .ok_or_else(|| Error::NoSuchColumn(column.to_string(), t.name.clone()))?;
+        if t.is_key_column(column) {
+            return Err(Error::Dependent(format!(
+                "cannot drop column \"{column}\": it is part of the primary key of \"{}\"",
+                t.name
+            )));
+        }
+        if t.columns.iter().filter(|c| !c.hidden).count() == 1 {
+            return Err(Error::InvalidDefinition(format!(
+                "cannot drop the only column of \"{}\"",
+                t.name
+            )));
+        }
+        Ok(t.columns.remove(idx))
+    }
+}
+
+fn primary_key_dup(keys: &[KeyColumn], i: usize) -> bool {
+    keys.get(i).is_some_and(|k| {
+        keys[..i]
+            .iter()
+            .any(|o| o.name.eq_ignore_ascii_case(&k.name))
+    })
+}
+
+/// Errors while encoding a key through the catalog.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(transparent)]
+    Catalog(#[from] Error),
+    #[error(transparent)]
+    Key(#[from] spindle_keys::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(name: &str, ty: DataType) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            data_type: ty,
+            nullable: false,
+            default: None,
+        }
+    }
+    fn key(names: &[&str]) -> Vec<KeyColumn> {
+        names
+            .iter()
+            .map(|n| KeyColumn {
+                name: n.to_string(),
+                direction: Direction::Asc,
+            })
+            .collect()
+    }
+    fn singers_albums() -> Catalog {
+        let mut c = Catalog::new();
+        c.create_table(TableDef {
+            name: "singers".into(),
+            columns: vec![
+                col("singerid", DataType::Int64),
+                col("name", DataType::String(None)),
+            ],
+            primary_key: key(&["singerid"]),
+            interleave: None,
+        })
+        .unwrap();
+        c.create_table(TableDef {
+            name: "albums".into(),
+            columns: vec![
+                col("singerid", DataType::Int64),
+                col("albumid", DataType::Int64),
+            ],
+            primary_key: key(&["singerid", "albumid"]),
+            interleave: Some(Interleave {
+                parent: "Singers".into(),
+                kind: InterleaveKind::InParent,
+                on_delete: OnDelete::Cascade,
+            }),
+        })
+        .unwrap();
+        c
+    }
+
+    #[test]
+    fn child_key_extends_parent_key() {
+        let c = singers_albums();
+        let parent = c.encode_key("singers", &[Value::Int64(1)]).unwrap();
+        let child = c
+            .encode_key("albums", &[Value::Int64(1), Value::Int64(7)])
+            .unwrap();
+        assert!(child.starts_with(&parent));
+        let chain = c.ancestry("albums").unwrap();
+        assert_eq!(
+            Catalog::decode_key(&chain, &child).unwrap(),
+            Some(vec![Value::Int64(1), Value::Int64(7)])
+        );
+        assert_eq!(Catalog::decode_key(&chain, &parent).unwrap(), None);
+        let schain = c.ancestry("singers").unwrap();
+        assert_eq!(Catalog::decode_key(&schain, &child).unwrap(), None);
+        // A prefix of exactly the parent's key, descending, covers only albums.
+        let p = c
+            .encode_key_prefix(&chain, &[Value::Int64(1)], true)
+            .unwrap();
+        assert!(child.starts_with(&p) && !parent.starts_with(&p));
+    }
+
+    #[test]
+    fn child_key_must_start_with_parent_key() {
+        let mut c = singers_albums();
+        let err = c
+            .create_table(TableDef {
+                name: "bad".into(),
+                columns: vec![col("x", DataType::Int64), col("singerid", DataType::Int64)],
+                primary_key: key(&["x", "singerid"]),
+                interleave: Some(Interleave {
+                    parent: "singers".into(),
+                    kind: InterleaveKind::In,
+                    on_delete: OnDelete::NoAction,
+                }),
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidDefinition(_)), "{err}");
+        assert!(matches!(c.drop_table("singers"), Err(Error::Dependent(_))));
+        c.drop_table("albums").unwrap();
+        c.drop_table("singers").unwrap();
+    }
+
+    #[test]
+    fn depth_and_key_limits() {
+        let mut c = Catalog::new();
+        let mut names = vec![];
+        for depth in 0..8 {
+            let name = format!("t{depth}");
+            let cols: Vec<ColumnDef> = (0..=depth)
+                .map(|i| col(&format!("k{i}"), DataType::Int64))
+                .collect();
+            let keys: Vec<String> = (0..=depth).map(|i| format!("k{i}")).collect();
+            let r = c.create_table(TableDef {
+                name: name.clone(),
+                columns: cols,
+                primary_key: keys
+                    .iter()
+                    .map(|n| KeyColumn {
+                        name: n.clone(),
+                        direction: Direction::Asc,
+                    })
+                    .collect(),
+                interleave: names.last().map(|p: &String| Interleave {
+                    parent: p.clone(),
+                    kind: InterleaveKind::InParent,
+                    on_delete: OnDelete::Cascade,
+                }),
+            });
+            if depth < MAX_INTERLEAVE_DEPTH {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(Error::LimitExceeded(_))));
+            }
+            names.push(name);
+        }
+        let cols: Vec<ColumnDef> = (0..17)
+            .map(|i| col(&format!("k{i}"), DataType::Int64))
+            .collect();
+        let r = c.create_table(TableDef {
+            name: "wide".into(),
+            primary_key: cols
+                .iter()
+                .map(|c| KeyColumn {
+                    name: c.name.clone(),
+                    direction: Direction::Asc,
+                })
+                .collect(),
+            columns: cols,
+            interleave: None,
+        });
+        assert!(matches!(r, Err(Error::LimitExceeded(_))));
+    }
+
+    #[test]
+    fn keyless_table_gets_hidden_key_and_round_trips() {
+        let mut c = Catalog::new();
+        c.create_table(TableDef {
+            name: "t".into(),
+            columns: vec![col("a", DataType::Int64)],
+            primary_key: vec![],
+            interleave: None,
+        })
+        .unwrap();
+        let t = c.table("T").unwrap();
+        assert!(t.has_hidden_key());
+        assert_eq!(t.primary_key[0].name, HIDDEN_KEY);
+        let back = Catalog::from_bytes(&c.to_bytes()).unwrap();
+        assert_eq!(back, c);
+    }
+}

@@ -95,7 +95,11 @@ pub fn encode_value(out: &mut Vec<u8>, v: &Value, dir: Direction) -> Result<(), 
         Value::Float64(f) => {
             out.push(TAG_FLOAT64);
             let bits = f.to_bits();
-            let enc = if bits >> 63 == 1 { !bits } else { bits ^ (1 << 63) };
+            let enc = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits ^ (1 << 63)
+            };
             out.extend_from_slice(&enc.to_be_bytes());
         }
         Value::String(s) => {
@@ -210,7 +214,8 @@ pub fn decode_value(input: &[u8]) -> Result<(Value, usize), Error> {
 }
 
 fn arr<const N: usize>(b: &[u8]) -> Result<[u8; N], Error> {
-    b.try_into().map_err(|_| Error::Corrupt("truncated key value"))
+    b.try_into()
+        .map_err(|_| Error::Corrupt("truncated key value"))
 }
 
 /// Appends a table's marker and id.
@@ -277,7 +282,11 @@ pub fn value_len(input: &[u8]) -> Result<usize, Error> {
         TAG_DATE => 5,
         TAG_NUMERIC => 17,
         TAG_STRING | TAG_BYTES => {
-            let (zero, one, esc) = if desc { (0xFF, 0xFE, 0x00) } else { (0x00, 0x01, 0xFF) };
+            let (zero, one, esc) = if desc {
+                (0xFF, 0xFE, 0x00)
+            } else {
+                (0x00, 0x01, 0xFF)
+            };
             let mut i = 1;
             loop {
                 match input.get(i) {
@@ -360,9 +369,12 @@ mod tests {
             .boxed(),
             3 => any::<bool>().prop_map(Value::Bool).boxed(),
             4 => ".{0,6}".prop_map(Value::String).boxed(),
-            5 => proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(0xFFu8), any::<u8>()], 0..6)
-                .prop_map(Value::Bytes)
-                .boxed(),
+            5 => proptest::collection::vec(
+                prop_oneof![Just(0u8), Just(1u8), Just(0xFFu8), any::<u8>()],
+                0..6,
+            )
+            .prop_map(Value::Bytes)
+            .boxed(),
             6 => any::<i32>().prop_map(Value::Date).boxed(),
             7 => any::<i64>().prop_map(Value::Timestamp).boxed(),
             _ => (-crate::value::NUMERIC_MAX_SCALED..=crate::value::NUMERIC_MAX_SCALED)
@@ -387,7 +399,11 @@ mod tests {
     fn cmp_rows(a: &[Value], b: &[Value], dirs: &[Direction]) -> std::cmp::Ordering {
         for ((x, y), d) in a.iter().zip(b).zip(dirs) {
             let o = x.key_cmp(y);
-            let o = if *d == Direction::Desc { o.reverse() } else { o };
+            let o = if *d == Direction::Desc {
+                o.reverse()
+            } else {
+                o
+            };
             if o != std::cmp::Ordering::Equal {
                 return o;
             }
@@ -471,13 +487,23 @@ mod tests {
     #[test]
     fn oversized_key_is_refused() {
         let big = Value::String("x".repeat(MAX_KEY_BYTES));
-        let err = encode_row_key(&[KeyLevel { table_id: 1, values: &[big], directions: &[Direction::Asc] }]);
+        let err = encode_row_key(&[KeyLevel {
+            table_id: 1,
+            values: &[big],
+            directions: &[Direction::Asc],
+        }]);
         assert!(matches!(err, Err(Error::KeyTooLarge(_))));
     }
 
     #[test]
     fn corrupt_input_is_an_error_not_a_panic() {
-        for bad in [&[][..], &[0x11, 1, 2][..], &[0x13, b'a'][..], &[0x13, 0, 7][..], &[0x55][..]] {
+        for bad in [
+            &[][..],
+            &[0x11, 1, 2][..],
+            &[0x13, b'a'][..],
+            &[0x13, 0, 7][..],
+            &[0x55][..],
+        ] {
             assert!(decode_value(bad).is_err());
             assert!(value_len(bad).is_err());
         }

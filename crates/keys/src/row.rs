@@ -71,7 +71,8 @@ pub fn decode_row(input: &[u8]) -> Result<Vec<(u32, Value)>, Error> {
             TAG_NUMERIC => Value::Numeric(i128::from_le_bytes(r.array()?)),
             TAG_STRING | TAG_JSON => {
                 let b = r.bytes()?;
-                let s = String::from_utf8(b.to_vec()).map_err(|_| Error::Corrupt("row string not UTF-8"))?;
+                let s = String::from_utf8(b.to_vec())
+                    .map_err(|_| Error::Corrupt("row string not UTF-8"))?;
                 if tag == TAG_STRING {
                     Value::String(s)
                 } else {
@@ -101,18 +102,29 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn byte(&mut self) -> Result<u8, Error> {
-        let b = *self.input.get(self.pos).ok_or(Error::Corrupt("truncated row"))?;
+        let b = *self
+            .input
+            .get(self.pos)
+            .ok_or(Error::Corrupt("truncated row"))?;
         self.pos += 1;
         Ok(b)
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
-        let end = self.pos.checked_add(n).ok_or(Error::Corrupt("truncated row"))?;
-        let s = self.input.get(self.pos..end).ok_or(Error::Corrupt("truncated row"))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(Error::Corrupt("truncated row"))?;
+        let s = self
+            .input
+            .get(self.pos..end)
+            .ok_or(Error::Corrupt("truncated row"))?;
         self.pos = end;
         Ok(s)
     }
     fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
-        self.take(N)?.try_into().map_err(|_| Error::Corrupt("truncated row"))
+        self.take(N)?
+            .try_into()
+            .map_err(|_| Error::Corrupt("truncated row"))
     }
     fn varint(&mut self) -> Result<u64, Error> {
         let mut v = 0u64;

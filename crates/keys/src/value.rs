@@ -238,9 +238,15 @@ pub fn parse_numeric(s: &str) -> Option<i128> {
         return None;
     }
     let int_val: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    let mut frac_val: i128 = if frac_trim.is_empty() { 0 } else { frac_trim.parse().ok()? };
+    let mut frac_val: i128 = if frac_trim.is_empty() {
+        0
+    } else {
+        frac_trim.parse().ok()?
+    };
     frac_val *= 10i128.pow(NUMERIC_SCALE - frac_trim.len() as u32);
-    let v = int_val.checked_mul(10i128.pow(NUMERIC_SCALE))?.checked_add(frac_val)?;
+    let v = int_val
+        .checked_mul(10i128.pow(NUMERIC_SCALE))?
+        .checked_add(frac_val)?;
     if v > NUMERIC_MAX_SCALED {
         return None;
     }
@@ -253,7 +259,14 @@ mod tests {
 
     #[test]
     fn numeric_text_round_trip() {
-        for s in ["0", "1", "-1", "12.5", "-0.000000001", "123456789.123456789"] {
+        for s in [
+            "0",
+            "1",
+            "-1",
+            "12.5",
+            "-0.000000001",
+            "123456789.123456789",
+        ] {
             let v = parse_numeric(s).unwrap();
             assert_eq!(format_numeric(v), s);
         }

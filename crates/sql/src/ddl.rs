@@ -1,0 +1,182 @@
+//! DDL: each statement edits a copy of the transaction's catalog and hands
+//! it back with `Transaction::set_catalog`, so the change commits (or rolls
+//! back) atomically with the rest of the transaction. Row data a DDL
+//! statement touches (a dropped table's rows, an added column's default)
+//! is written in the same transaction.
+
+use spindle_catalog::{Catalog, ColumnDef, Table, TableDef};
+use spindle_keys::{row, Value};
+
+use crate::error::{Error, Result};
+use crate::session::{Output, StatementContext};
+use crate::types::coerce;
+
+fn done(tag: &str) -> Result<Output> {
+    Ok(Output::Command {
+        tag: tag.into(),
+        rows: 0,
+    })
+}
+
+/// Evaluates a constant SQL expression (a column DEFAULT).
+pub(crate) async fn eval_const(ctx: &StatementContext, expr: &str) -> Result<Value> {
+    let stmt = match crate::parser::parse(&format!("SELECT {expr}"))?.pop() {
+        Some(crate::parser::Statement::Query(q)) => *q,
+        _ => return Err(Error::Syntax(format!("invalid expression: {expr}"))),
+    };
+    let (_, batches) = ctx.query(stmt, false).await?;
+    for b in &batches {
+        if b.num_rows() > 0 {
+            return crate::types::array_value(b.column(0).as_ref(), 0);
+        }
+    }
+    Ok(Value::Null)
+}
+
+/// Evaluates a column's DEFAULT (NULL when it has none), converted to the
+/// column's type.
+pub(crate) async fn eval_default(
+    ctx: &StatementContext,
+    name: &str,
+    ty: &spindle_keys::DataType,
+    default: Option<&str>,
+) -> Result<Value> {
+    match default {
+        None => Ok(Value::Null),
+        Some(expr) => coerce(eval_const(ctx, expr).await?, ty, name),
+    }
+}
+
+pub(crate) async fn create_table(
+    ctx: &StatementContext,
+    def: TableDef,
+    if_not_exists: bool,
+) -> Result<Output> {
+    let mut catalog: Catalog = (*ctx.catalog()?).clone();
+    if catalog.table(&def.name).is_some() && if_not_exists {
+        return done("CREATE TABLE");
+    }
+    for c in &def.columns {
+        // Reject defaults that do not evaluate or do not fit the column now,
+        // rather than at the first INSERT.
+        let v = eval_default(ctx, &c.name, &c.data_type, c.default.as_deref()).await?;
+        if v.is_null() && c.default.is_some() && !c.nullable {
+            return Err(Error::NotNullViolation(format!(
+                "default for NOT NULL column \"{}\" is NULL",
+                c.name
+            )));
+        }
+    }
+    catalog.create_table(def)?;
+    ctx.lock()?.set_catalog(catalog);
+    done("CREATE TABLE")
+}
+
+pub(crate) fn drop_table(ctx: &StatementContext, name: &str, if_exists: bool) -> Result<Output> {
+    let mut catalog: Catalog = (*ctx.catalog()?).clone();
+    let Some(table) = catalog.table(name).cloned() else {
+        if if_exists {
+            return done("DROP TABLE");
+        }
+        return Err(spindle_catalog::Error::NoSuchTable(name.into()).into());
+    };
+    catalog.drop_table(name)?;
+    delete_table_rows(ctx, &ctx.catalog()?.clone(), &table)?;
+    ctx.lock()?.set_catalog(catalog);
+    done("DROP TABLE")
+}
+
+/// Deletes every row of `table` (whose children, if any, are already gone).
+fn delete_table_rows(ctx: &StatementContext, catalog: &Catalog, table: &Table) -> Result<()> {
+    let chain = catalog.ancestry(&table.name)?;
+    let mut prefix = Vec::new();
+    spindle_keys::key::encode_table_prefix(&mut prefix, chain[0].id);
+    let end = spindle_keys::key::prefix_end(&prefix);
+    let mut txn = ctx.lock()?;
+    if chain.len() == 1 {
+        txn.delete_range(&prefix, end.as_deref())?;
+        return Ok(());
+    }
+    let mut doomed = Vec::new();
+    for item in txn.scan(&prefix, end.as_deref()) {
+        let (key, _) = item?;
+        if Catalog::decode_key(&chain, &key)?.is_some() {
+            doomed.push(key);
+        }
+    }
+    for k in doomed {
+        txn.delete(k);
+    }
+    Ok(())
+}
+
+pub(crate) async fn add_column(
+    ctx: &StatementContext,
+    table: &str,
+    column: ColumnDef,
+    if_not_exists: bool,
+) -> Result<Output> {
+    let mut catalog: Catalog = (*ctx.catalog()?).clone();
+    let t = catalog.get_table(table)?.clone();
+    if t.column(&column.name).is_some() && if_not_exists {
+        return done("ALTER TABLE");
+    }
+    let default = eval_default(
+        ctx,
+        &column.name,
+        &column.data_type,
+        column.default.as_deref(),
+    )
+    .await?;
+    let added = catalog.add_column(table, column.clone())?.clone();
+    // Existing rows take the default (PostgreSQL semantics); a NOT NULL
+    // column without one can only be added to an empty table.
+    let chain = catalog.ancestry(table)?;
+    let mut prefix = Vec::new();
+    spindle_keys::key::encode_table_prefix(&mut prefix, chain[0].id);
+    let end = spindle_keys::key::prefix_end(&prefix);
+    let mut txn = ctx.lock()?;
+    let mut rewrites = Vec::new();
+    for item in txn.scan(&prefix, end.as_deref()) {
+        let (key, value) = item?;
+        if Catalog::decode_key(&chain, &key)?.is_none() {
+            continue;
+        }
+        if default.is_null() {
+            if !column.nullable {
+                return Err(Error::NotNullViolation(format!(
+                    "column \"{}\" of relation \"{}\" contains null values",
+                    column.name, t.name
+                )));
+            }
+            break;
+        }
+        let mut stored = row::decode_row(&value)?;
+        stored.push((added.id, default.clone()));
+        let refs: Vec<(u32, &Value)> = stored.iter().map(|(i, v)| (*i, v)).collect();
+        rewrites.push((key, row::encode_row(&refs)));
+    }
+    for (k, v) in rewrites {
+        txn.put(k, v);
+    }
+    txn.set_catalog(catalog);
+    done("ALTER TABLE")
+}
+
+pub(crate) fn drop_column(
+    ctx: &StatementContext,
+    table: &str,
+    column: &str,
+    if_exists: bool,
+) -> Result<Output> {
+    let mut catalog: Catalog = (*ctx.catalog()?).clone();
+    let t = catalog.get_table(table)?;
+    if t.column(column).is_none() && if_exists {
+        return done("ALTER TABLE");
+    }
+    // Stored values of the column stay in rows under its id, which is never
+    // reused; readers skip ids they do not know.
+    catalog.drop_column(table, column)?;
+    ctx.lock()?.set_catalog(catalog);
+    done("ALTER TABLE")
+}

@@ -1,0 +1,813 @@
+//! INSERT, UPDATE and DELETE.
+//!
+//! Writes are always applied by primary key. The rows to change are found
+//! by running the statement's WHERE (and FROM/USING) as an ordinary
+//! DataFusion query over the same snapshot, selecting the key columns (and
+//! for UPDATE, every column plus the new values):
+//!
+//! ```text
+//! UPDATE t SET b = b + 1 WHERE c > 3
+//!   ─► SELECT "t"."k", "t"."b", "t"."c", (b + 1) FROM t WHERE c > 3
+//!   ─► for each row: check, encode, Transaction::put(key, row)
+//! ```
+//!
+//! We never use DataFusion's DML hooks (they can receive an empty filter
+//! list for some WHERE clauses, which would touch every row).
+//!
+//! Interleaving rules: inserting a row of an `IN PARENT` table requires its
+//! parent row; deleting a row deletes its row tree along `ON DELETE
+//! CASCADE` edges (one key-range delete when nothing in the tree needs to
+//! survive), fails while an `ON DELETE NO ACTION` child row exists, and
+//! leaves `INTERLEAVE IN` children in place.
+
+use std::collections::{BTreeSet, HashSet};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{MemTable, MemorySchemaProvider, SchemaProvider};
+use datafusion::sql::sqlparser::ast;
+use spindle_catalog::{Catalog, InterleaveKind, OnDelete, Table};
+use spindle_keys::key::{decode_table_prefix, prefix_end, value_len};
+use spindle_keys::{row, Value};
+
+use crate::ddl::eval_default;
+use crate::error::{Error, Result};
+use crate::parser::{fold_ident, object_name};
+use crate::session::{run_plan, StatementContext};
+use crate::types::{array_value, build_array, coerce, table_schema, value_to_text};
+
+/// Rows of record batches as values.
+pub fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<Value>>> {
+    let mut rows = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            rows.push(
+                b.columns()
+                    .iter()
+                    .map(|c| array_value(c.as_ref(), r))
+                    .collect::<Result<Vec<_>>>()?,
+            );
+        }
+    }
+    Ok(rows)
+}
+
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// Runs `sql` (a SELECT) inside the statement's transaction.
+async fn query_rows(
+    ctx: &StatementContext,
+    sql: &str,
+    include_hidden: bool,
+) -> Result<Vec<Vec<Value>>> {
+    let stmt = match crate::parser::parse(sql)?.pop() {
+        Some(crate::parser::Statement::Query(q)) => *q,
+        _ => return Err(Error::Internal(format!("not a query: {sql}"))),
+    };
+    let (_, batches) = ctx.query(stmt, include_hidden).await?;
+    batch_rows(&batches)
+}
+
+fn literal_value(e: &ast::Expr) -> Option<Value> {
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => Some(match n.parse::<i64>() {
+                Ok(i) => Value::Int64(i),
+                Err(_) => match spindle_keys::value::parse_numeric(n) {
+                    Some(d) if !n.contains(['e', 'E']) => Value::Numeric(d),
+                    _ => Value::Float64(n.parse().ok()?),
+                },
+            }),
+            ast::Value::SingleQuotedString(s) => Some(Value::String(s.clone())),
+            ast::Value::Boolean(b) => Some(Value::Bool(*b)),
+            ast::Value::Null => Some(Value::Null),
+            _ => None,
+        },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match literal_value(expr)? {
+            Value::Int64(i) => Some(Value::Int64(i.checked_neg()?)),
+            Value::Float64(f) => Some(Value::Float64(-f)),
+            Value::Numeric(n) => Some(Value::Numeric(-n)),
+            _ => None,
+        },
+        ast::Expr::Nested(inner) => literal_value(inner),
+        _ => None,
+    }
+}
+
+fn is_default_keyword(e: &ast::Expr) -> bool {
+    matches!(e, ast::Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"))
+}
+
+/// What to do when an inserted key already exists.
+enum OnConflict {
+    Error,
+    Nothing,
+    /// GoogleSQL INSERT OR UPDATE: update the listed columns.
+    UpdateListed,
+    /// SQLite INSERT OR REPLACE: replace the whole row.
+    Replace,
+    DoUpdate {
+        assignments: Vec<ast::Assignment>,
+        selection: Option<ast::Expr>,
+    },
+}
+
+pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: bool) -> Result<u64> {
+    let catalog = ctx.catalog()?;
+    let table_name = match &ins.table {
+        ast::TableObject::TableName(n) => object_name(n)?,
+        other => {
+            return Err(Error::Unsupported(format!(
+                "INSERT INTO {other} is not supported"
+            )))
+        }
+    };
+    let table = catalog.get_table(&table_name)?.clone();
+    if ins.returning.is_some() {
+        return Err(Error::Unsupported(
+            "INSERT … RETURNING is not supported".into(),
+        ));
+    }
+    let mut on_conflict = if upsert {
+        OnConflict::UpdateListed
+    } else {
+        OnConflict::Error
+    };
+    match ins.or {
+        Some(ast::SqliteOnConflict::Replace) => on_conflict = OnConflict::Replace,
+        Some(ast::SqliteOnConflict::Ignore) => on_conflict = OnConflict::Nothing,
+        Some(other) => {
+            return Err(Error::Unsupported(format!(
+                "INSERT OR {other} is not supported"
+            )))
+        }
+        None => {}
+    }
+    if ins.replace_into {
+        on_conflict = OnConflict::Replace;
+    }
+    match &ins.on {
+        None => {}
+        Some(ast::OnInsert::OnConflict(oc)) => {
+            check_conflict_target(&table, oc.conflict_target.as_ref())?;
+            on_conflict = match &oc.action {
+                ast::OnConflictAction::DoNothing => OnConflict::Nothing,
+                ast::OnConflictAction::DoUpdate(du) => {
+                    for a in &du.assignments {
+                        let name = assignment_column(&a.target)?;
+                        let col = table.column(&name).ok_or_else(|| {
+                            spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
+                        })?;
+                        if table.is_key_column(&col.name) {
+                            return Err(Error::Unsupported(format!(
+                                "cannot update primary key column \"{}\"",
+                                col.name
+                            )));
+                        }
+                    }
+                    OnConflict::DoUpdate {
+                        assignments: du.assignments.clone(),
+                        selection: du.selection.clone(),
+                    }
+                }
+            };
+        }
+        Some(other) => return Err(Error::Unsupported(format!("{other} is not supported"))),
+    }
+
+    // Target columns.
+    let visible: Vec<usize> = (0..table.columns.len())
+        .filter(|i| !table.columns[*i].hidden)
+        .collect();
+    let targets: Vec<usize> = if ins.columns.is_empty() {
+        visible.clone()
+    } else {
+        let mut t = Vec::new();
+        for c in &ins.columns {
+            let name =
+                c.0.last()
+                    .and_then(|p| p.as_ident())
+                    .map(fold_ident)
+                    .unwrap_or_default();
+            let idx = table
+                .column_index(&name)
+                .filter(|i| !table.columns[*i].hidden)
+                .ok_or_else(|| {
+                    spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
+                })?;
+            if t.contains(&idx) {
+                return Err(Error::Syntax(format!(
+                    "column \"{name}\" specified more than once"
+                )));
+            }
+            t.push(idx);
+        }
+        t
+    };
+
+    // Source rows: None marks DEFAULT.
+    let source = ins
+        .source
+        .ok_or_else(|| Error::Unsupported("INSERT without VALUES or a query".into()))?;
+    let mut rows: Vec<Vec<Option<Value>>> = Vec::new();
+    let simple_values =
+        source.with.is_none() && source.order_by.is_none() && source.limit_clause.is_none();
+    match source.body.as_ref() {
+        ast::SetExpr::Values(values) if simple_values => {
+            for r in &values.rows {
+                if r.len() != targets.len() {
+                    return Err(arity_error(r.len(), targets.len()));
+                }
+                let mut out = Vec::with_capacity(r.len());
+                let mut to_eval = Vec::new();
+                for (i, e) in r.iter().enumerate() {
+                    if is_default_keyword(e) {
+                        out.push(None);
+                    } else if let Some(v) = literal_value(e) {
+                        out.push(Some(v));
+                    } else {
+                        out.push(Some(Value::Null));
+                        to_eval.push((i, e.to_string()));
+                    }
+                }
+                if !to_eval.is_empty() {
+                    let sql = format!(
+                        "SELECT {}",
+                        to_eval
+                            .iter()
+                            .map(|(_, e)| e.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    let vals = query_rows(ctx, &sql, false)
+                        .await?
+                        .pop()
+                        .unwrap_or_default();
+                    for ((i, _), v) in to_eval.iter().zip(vals) {
+                        out[*i] = Some(v);
+                    }
+                }
+                rows.push(out);
+            }
+        }
+        _ => {
+            let (schema, batches) = ctx.query(ast::Statement::Query(source), false).await?;
+            if schema.fields().len() != targets.len() {
+                return Err(arity_error(schema.fields().len(), targets.len()));
+            }
+            rows = batch_rows(&batches)?
+                .into_iter()
+                .map(|r| r.into_iter().map(Some).collect())
+                .collect();
+        }
+    }
+
+    // Defaults, evaluated once per statement when needed.
+    let mut defaults: Vec<Option<Value>> = vec![None; table.columns.len()];
+    let key_idx = table.key_indices();
+    let mut count = 0u64;
+    for r in rows {
+        let mut full: Vec<Value> = vec![Value::Null; table.columns.len()];
+        let mut given = vec![false; table.columns.len()];
+        for (pos, v) in targets.iter().zip(r) {
+            if let Some(v) = v {
+                let col = &table.columns[*pos];
+                full[*pos] = coerce(v, &col.data_type, &col.name)?;
+                given[*pos] = true;
+            }
+        }
+        for (i, col) in table.columns.iter().enumerate() {
+            if given[i] || col.hidden {
+                continue;
+            }
+            if defaults[i].is_none() {
+                defaults[i] = Some(
+                    eval_default(ctx, &col.name, &col.data_type, col.default.as_deref()).await?,
+                );
+            }
+            full[i] = defaults[i].clone().unwrap_or(Value::Null);
+        }
+        let wrote =
+            write_inserted_row(ctx, &catalog, &table, &key_idx, full, &given, &on_conflict).await?;
+        if wrote {
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+fn arity_error(got: usize, want: usize) -> Error {
+    if got > want {
+        Error::Syntax("INSERT has more expressions than target columns".into())
+    } else {
+        Error::Syntax("INSERT has more target columns than expressions".into())
+    }
+}
+
+fn check_conflict_target(table: &Table, target: Option<&ast::ConflictTarget>) -> Result<()> {
+    match target {
+        None => Ok(()),
+        Some(ast::ConflictTarget::Columns(cols)) => {
+            let given: BTreeSet<String> = cols.iter().map(fold_ident).collect();
+            let key: BTreeSet<String> = table.primary_key.iter().map(|k| k.name.clone()).collect();
+            if given == key {
+                Ok(())
+            } else {
+                Err(Error::InvalidConflictTarget)
+            }
+        }
+        Some(ast::ConflictTarget::OnConstraint(name)) => {
+            if object_name(name)? == format!("{}_pkey", table.name) {
+                Ok(())
+            } else {
+                Err(Error::InvalidConflictTarget)
+            }
+        }
+    }
+}
+
+fn assignment_column(target: &ast::AssignmentTarget) -> Result<String> {
+    match target {
+        ast::AssignmentTarget::ColumnName(n) => Ok(n
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(fold_ident)
+            .unwrap_or_default()),
+        ast::AssignmentTarget::Tuple(_) => Err(Error::Unsupported(
+            "tuple assignments are not supported".into(),
+        )),
+    }
+}
+
+fn key_text(table: &Table, key: &[Value]) -> String {
+    let names: Vec<&str> = table.primary_key.iter().map(|k| k.name.as_str()).collect();
+    let vals: Vec<String> = key
+        .iter()
+        .map(|v| value_to_text(v).unwrap_or_else(|| "NULL".into()))
+        .collect();
+    format!("({})=({})", names.join(", "), vals.join(", "))
+}
+
+/// Checks NOT NULL, encodes and writes one row; `full` is in column order.
+fn put_row(
+    txn: &mut spindle_txn::Transaction,
+    table: &Table,
+    key: Vec<u8>,
+    full: &[Value],
+) -> Result<()> {
+    for (col, v) in table.columns.iter().zip(full) {
+        if v.is_null() && !col.nullable {
+            return Err(Error::NotNullViolation(format!(
+                "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                col.name, table.name
+            )));
+        }
+    }
+    let cols: Vec<(u32, &Value)> = table
+        .columns
+        .iter()
+        .zip(full)
+        .filter(|(c, _)| !table.is_key_column(&c.name))
+        .map(|(c, v)| (c.id, v))
+        .collect();
+    txn.put(key, row::encode_row(&cols));
+    Ok(())
+}
+
+/// Decodes a stored row into column order.
+fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Result<Vec<Value>> {
+    let stored = row::decode_row(value)?;
+    let mut full = vec![Value::Null; table.columns.len()];
+    for (i, col) in table.columns.iter().enumerate() {
+        if let Some(k) = table.primary_key.iter().position(|k| k.name == col.name) {
+            full[i] = key_vals[k].clone();
+        } else if let Some((_, v)) = stored.iter().find(|(id, _)| *id == col.id) {
+            full[i] = v.clone();
+        }
+    }
+    Ok(full)
+}
+
+async fn write_inserted_row(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    table: &Table,
+    key_idx: &[usize],
+    mut full: Vec<Value>,
+    given: &[bool],
+    on_conflict: &OnConflict,
+) -> Result<bool> {
+    // Hidden key: a random 64-bit value, so inserts spread over the key
+    // space instead of piling onto its end.
+    let hidden = table.columns.iter().position(|c| c.hidden);
+    let key_vals =
+        |full: &[Value]| -> Vec<Value> { key_idx.iter().map(|i| full[*i].clone()).collect() };
+    let key = loop {
+        if let Some(h) = hidden {
+            full[h] = Value::Int64(rand::random::<i64>());
+        }
+        let key = catalog
+            .encode_key(&table.name, &key_vals(&full))
+            .map_err(key_error)?;
+        if hidden.is_none() || ctx.lock()?.get(&key)?.is_none() {
+            break key;
+        }
+    };
+    let kv = key_vals(&full);
+    // Interleave rule: the parent row must exist (IN PARENT only).
+    if let Some(il) = &table.interleave {
+        if il.kind == InterleaveKind::InParent {
+            let parent = catalog.get_table(&il.parent)?;
+            let pkey = catalog
+                .encode_key(&parent.name, &kv[..parent.primary_key.len()])
+                .map_err(key_error)?;
+            if ctx.lock()?.get(&pkey)?.is_none() {
+                return Err(Error::ForeignKeyViolation(format!(
+                    "insert on table \"{}\" violates interleave in parent \"{}\": parent row with key {} does not exist",
+                    table.name,
+                    parent.name,
+                    key_text(parent, &kv[..parent.primary_key.len()])
+                )));
+            }
+        }
+    }
+    let existing = ctx.lock()?.get(&key)?;
+    let Some(existing) = existing else {
+        put_row(&mut *ctx.lock()?, table, key, &full)?;
+        return Ok(true);
+    };
+    match on_conflict {
+        OnConflict::Error => Err(Error::UniqueViolation(format!(
+            "duplicate key value violates unique constraint \"{}_pkey\": Key {} already exists",
+            table.name,
+            key_text(table, &kv)
+        ))),
+        OnConflict::Nothing => Ok(false),
+        OnConflict::Replace => {
+            put_row(&mut *ctx.lock()?, table, key, &full)?;
+            Ok(true)
+        }
+        OnConflict::UpdateListed => {
+            let mut merged = stored_row(table, &kv, &existing)?;
+            for (i, g) in given.iter().enumerate() {
+                if *g {
+                    merged[i] = full[i].clone();
+                }
+            }
+            put_row(&mut *ctx.lock()?, table, key, &merged)?;
+            Ok(true)
+        }
+        OnConflict::DoUpdate {
+            assignments,
+            selection,
+        } => {
+            let current = stored_row(table, &kv, &existing)?;
+            let Some(updated) =
+                eval_do_update(ctx, table, &current, &full, assignments, selection.as_ref())
+                    .await?
+            else {
+                return Ok(false);
+            };
+            put_row(&mut *ctx.lock()?, table, key, &updated)?;
+            Ok(true)
+        }
+    }
+}
+
+fn key_error(e: spindle_catalog::KeyError) -> Error {
+    match e {
+        spindle_catalog::KeyError::Catalog(c) => c.into(),
+        spindle_catalog::KeyError::Key(k) => k.into(),
+    }
+}
+
+/// Evaluates `ON CONFLICT DO UPDATE SET … [WHERE …]` over the existing row
+/// (named after the table) and the proposed row (`excluded`). Returns the
+/// new row, or `None` when the WHERE rejects the update.
+async fn eval_do_update(
+    ctx: &StatementContext,
+    table: &Table,
+    current: &[Value],
+    proposed: &[Value],
+    assignments: &[ast::Assignment],
+    selection: Option<&ast::Expr>,
+) -> Result<Option<Vec<Value>>> {
+    let schema = table_schema(table, true);
+    let one_row = |vals: &[Value]| -> Result<RecordBatch> {
+        let arrays = table
+            .columns
+            .iter()
+            .zip(vals)
+            .map(|(c, v)| build_array(&c.data_type, &[v]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RecordBatch::try_new(schema.clone(), arrays)
+            .map_err(datafusion::error::DataFusionError::from)?)
+    };
+    let public = MemorySchemaProvider::new();
+    public.register_table(
+        table.name.clone(),
+        Arc::new(MemTable::try_new(
+            schema.clone(),
+            vec![vec![one_row(current)?]],
+        )?),
+    )?;
+    public.register_table(
+        "excluded".into(),
+        Arc::new(MemTable::try_new(
+            schema.clone(),
+            vec![vec![one_row(proposed)?]],
+        )?),
+    )?;
+    let state = ctx.engine.df_state_with(Arc::new(public), ctx.catalog()?)?;
+    // Unqualified names refer to the existing row, as in PostgreSQL.
+    let qualify = |e: &ast::Expr| -> String {
+        let mut e = e.clone();
+        let _ = ast::visit_expressions_mut(&mut e, |x| {
+            if let ast::Expr::Identifier(id) = x {
+                *x = ast::Expr::CompoundIdentifier(vec![
+                    ast::Ident::with_quote('"', table.name.clone()),
+                    id.clone(),
+                ]);
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        e.to_string()
+    };
+    let mut items: Vec<String> = assignments
+        .iter()
+        .map(|a| format!("({})", qualify(&a.value)))
+        .collect();
+    items.push(
+        selection
+            .map(|s| format!("({})", qualify(s)))
+            .unwrap_or_else(|| "true".into()),
+    );
+    let sql = format!(
+        "SELECT {} FROM {} CROSS JOIN excluded",
+        items.join(", "),
+        quote_ident(&table.name)
+    );
+    let stmt = match crate::parser::parse(&sql)?.pop() {
+        Some(crate::parser::Statement::Query(q)) => *q,
+        _ => return Err(Error::Internal("DO UPDATE query".into())),
+    };
+    let (_, batches) = run_plan(state, stmt).await?;
+    let row = batch_rows(&batches)?.pop().unwrap_or_default();
+    if row.last() != Some(&Value::Bool(true)) {
+        return Ok(None);
+    }
+    let mut updated = current.to_vec();
+    for (a, v) in assignments.iter().zip(row) {
+        let name = assignment_column(&a.target)?;
+        let i = table.column_index(&name).ok_or_else(|| {
+            spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
+        })?;
+        updated[i] = coerce(v, &table.columns[i].data_type, &table.columns[i].name)?;
+    }
+    Ok(Some(updated))
+}
+
+/// The target table of UPDATE/DELETE: its name and the name queries use
+/// for it (the alias if any).
+fn target_table(twj: &ast::TableWithJoins) -> Result<(String, String)> {
+    if !twj.joins.is_empty() {
+        return Err(Error::Unsupported(
+            "joins in the target of UPDATE/DELETE are not supported; use FROM/USING".into(),
+        ));
+    }
+    match &twj.relation {
+        ast::TableFactor::Table { name, alias, .. } => {
+            let table = object_name(name)?;
+            let qualifier = alias
+                .as_ref()
+                .map(|a| fold_ident(&a.name))
+                .unwrap_or_else(|| table.clone());
+            Ok((table, qualifier))
+        }
+        other => Err(Error::Unsupported(format!(
+            "cannot update or delete from {other}"
+        ))),
+    }
+}
+
+pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64> {
+    if u.returning.is_some() || u.or.is_some() || !u.order_by.is_empty() || u.limit.is_some() {
+        return Err(Error::Unsupported(
+            "UPDATE with RETURNING, OR, ORDER BY or LIMIT is not supported".into(),
+        ));
+    }
+    let catalog = ctx.catalog()?;
+    let (table_name, q) = target_table(&u.table)?;
+    let table = catalog.get_table(&table_name)?.clone();
+    let mut targets = Vec::new();
+    for a in &u.assignments {
+        let name = assignment_column(&a.target)?;
+        let i = table
+            .column_index(&name)
+            .filter(|i| !table.columns[*i].hidden)
+            .ok_or_else(|| {
+                spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
+            })?;
+        if table.is_key_column(&name) {
+            return Err(Error::Unsupported(format!(
+                "cannot update primary key column \"{}\" of table \"{}\"; delete the row and insert a new one",
+                table.columns[i].name, table.name
+            )));
+        }
+        if targets.contains(&i) {
+            return Err(Error::Syntax(format!(
+                "multiple assignments to same column \"{name}\""
+            )));
+        }
+        targets.push(i);
+    }
+    let mut items: Vec<String> = table
+        .columns
+        .iter()
+        .map(|c| format!("{}.{}", quote_ident(&q), quote_ident(&c.name)))
+        .collect();
+    items.extend(u.assignments.iter().map(|a| format!("({})", a.value)));
+    let mut from = u.table.to_string();
+    if let Some(
+        ast::UpdateTableFromKind::AfterSet(extra) | ast::UpdateTableFromKind::BeforeSet(extra),
+    ) = &u.from
+    {
+        for t in extra {
+            from.push_str(", ");
+            from.push_str(&t.to_string());
+        }
+    }
+    let mut sql = format!("SELECT {} FROM {}", items.join(", "), from);
+    if let Some(sel) = &u.selection {
+        sql.push_str(&format!(" WHERE {sel}"));
+    }
+    let rows = query_rows(ctx, &sql, true).await?;
+    let key_idx = table.key_indices();
+    let ncols = table.columns.len();
+    let mut seen = HashSet::new();
+    let mut count = 0;
+    for r in rows {
+        let kv: Vec<Value> = key_idx.iter().map(|i| r[*i].clone()).collect();
+        let key = catalog.encode_key(&table.name, &kv).map_err(key_error)?;
+        if !seen.insert(key.clone()) {
+            continue;
+        }
+        let mut full: Vec<Value> = r[..ncols].to_vec();
+        for (j, i) in targets.iter().enumerate() {
+            let col = &table.columns[*i];
+            full[*i] = coerce(r[ncols + j].clone(), &col.data_type, &col.name)?;
+        }
+        put_row(&mut *ctx.lock()?, &table, key, &full)?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64> {
+    if d.returning.is_some() || !d.order_by.is_empty() || d.limit.is_some() || !d.tables.is_empty()
+    {
+        return Err(Error::Unsupported(
+            "DELETE with RETURNING, ORDER BY, LIMIT or several tables is not supported".into(),
+        ));
+    }
+    let catalog = ctx.catalog()?;
+    let from = match &d.from {
+        ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+    };
+    let [target] = from.as_slice() else {
+        return Err(Error::Unsupported(
+            "DELETE from several tables is not supported".into(),
+        ));
+    };
+    let (table_name, q) = target_table(target)?;
+    let table = catalog.get_table(&table_name)?.clone();
+    let items: Vec<String> = table
+        .primary_key
+        .iter()
+        .map(|k| format!("{}.{}", quote_ident(&q), quote_ident(&k.name)))
+        .collect();
+    let mut sql = format!("SELECT {} FROM {}", items.join(", "), target);
+    for t in d.using.iter().flatten() {
+        sql.push_str(&format!(", {t}"));
+    }
+    if let Some(sel) = &d.selection {
+        sql.push_str(&format!(" WHERE {sel}"));
+    }
+    let rows = query_rows(ctx, &sql, true).await?;
+    let plan = CascadePlan::new(&catalog, &table);
+    let mut seen = HashSet::new();
+    let mut count = 0;
+    for kv in rows {
+        let key = catalog.encode_key(&table.name, &kv).map_err(key_error)?;
+        if !seen.insert(key.clone()) {
+            continue;
+        }
+        let mut txn = ctx.lock()?;
+        if txn.get(&key)?.is_none() {
+            continue; // already removed by an earlier cascade in this statement
+        }
+        plan.delete_row_tree(&mut txn, &catalog, &table, &key)?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// Which tables a delete of a `table` row removes, which block it, and
+/// whether the whole row tree can go in one range delete.
+struct CascadePlan {
+    /// Ids of `table` and the tables reached through ON DELETE CASCADE.
+    deleted: HashSet<u32>,
+    /// Some table below needs per-key handling (NO ACTION or INTERLEAVE IN).
+    selective: bool,
+}
+
+impl CascadePlan {
+    fn new(catalog: &Catalog, table: &Table) -> CascadePlan {
+        let mut deleted = HashSet::from([table.id]);
+        let mut selective = false;
+        let mut stack = vec![table.name.clone()];
+        while let Some(name) = stack.pop() {
+            for child in catalog.children(&name) {
+                match child.interleave.as_ref().map(|i| (i.kind, i.on_delete)) {
+                    Some((InterleaveKind::InParent, OnDelete::Cascade)) => {
+                        deleted.insert(child.id);
+                        stack.push(child.name.clone());
+                    }
+                    _ => selective = true,
+                }
+            }
+        }
+        CascadePlan { deleted, selective }
+    }
+
+    fn delete_row_tree(
+        &self,
+        txn: &mut spindle_txn::Transaction,
+        catalog: &Catalog,
+        table: &Table,
+        key: &[u8],
+    ) -> Result<()> {
+        let end = prefix_end(key);
+        if !self.selective {
+            // The row and its whole row tree: one key-range delete.
+            txn.delete_range(key, end.as_deref())?;
+            return Ok(());
+        }
+        let mut doomed = Vec::new();
+        for item in txn.scan(key, end.as_deref()) {
+            let (k, _) = item?;
+            let tid = key_table_id(catalog, &k)?;
+            if self.deleted.contains(&tid) {
+                doomed.push(k);
+                continue;
+            }
+            let Some(t) = catalog.table_by_id(tid) else {
+                continue;
+            };
+            if let Some(il) = &t.interleave {
+                let parent_deleted = catalog
+                    .table(&il.parent)
+                    .is_some_and(|p| self.deleted.contains(&p.id));
+                if parent_deleted
+                    && il.kind == InterleaveKind::InParent
+                    && il.on_delete == OnDelete::NoAction
+                {
+                    return Err(Error::ForeignKeyViolation(format!(
+                        "delete on table \"{}\" violates interleave: rows of \"{}\" (ON DELETE NO ACTION) exist under the deleted row",
+                        table.name, t.name
+                    )));
+                }
+            }
+        }
+        for k in doomed {
+            txn.delete(k);
+        }
+        Ok(())
+    }
+}
+
+/// The id of the table a row key belongs to (the deepest level).
+fn key_table_id(catalog: &Catalog, key: &[u8]) -> Result<u32> {
+    let mut pos = 0;
+    let mut prev_len = 0;
+    loop {
+        let id = decode_table_prefix(key, &mut pos)?;
+        let t = catalog
+            .table_by_id(id)
+            .ok_or_else(|| Error::Internal(format!("key of unknown table {id}")))?;
+        for _ in prev_len..t.primary_key.len() {
+            pos += value_len(&key[pos..])?;
+        }
+        prev_len = t.primary_key.len();
+        if pos >= key.len() {
+            return Ok(id);
+        }
+    }
+}

@@ -1,0 +1,616 @@
+//! Statement parsing: sqlparser (the copy DataFusion re-exports) for
+//! standard SQL, plus our own grammar, built on sqlparser's parser and
+//! tokenizer, for what sqlparser does not know:
+//!
+//! ```text
+//! CREATE TABLE [IF NOT EXISTS] name ( column | PRIMARY KEY (cols) , ... )
+//!     [PRIMARY KEY ( [col [ASC|DESC]], ... )]                       -- GoogleSQL
+//!     [[,] INTERLEAVE IN PARENT parent [ON DELETE {CASCADE | NO ACTION}]]
+//!     [[,] INTERLEAVE IN parent]
+//! column := name type [NOT NULL | NULL | DEFAULT expr | PRIMARY KEY]...
+//! type   := INT64 | STRING(n|MAX) | BYTES(n|MAX) | bigint | varchar(n) | ...
+//! ALTER TABLE name ADD [COLUMN] [IF NOT EXISTS] column
+//! ALTER TABLE name DROP [COLUMN] [IF EXISTS] name
+//! DROP TABLE [IF EXISTS] name
+//! INSERT OR UPDATE [INTO] ...                                       -- GoogleSQL upsert
+//! ```
+//!
+//! Identifiers follow PostgreSQL: unquoted names fold to lower case,
+//! quoted names keep their case. DataFusion folds the same way, so the
+//! names in the catalog are the names queries resolve.
+
+use datafusion::sql::sqlparser::ast::{self, Ident, ObjectName};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::Token;
+use spindle_catalog::{ColumnDef, Interleave, InterleaveKind, KeyColumn, OnDelete, TableDef};
+use spindle_keys::{DataType, Direction};
+
+use crate::error::{Error, Result};
+
+/// A parsed statement.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateTable {
+        def: TableDef,
+        if_not_exists: bool,
+    },
+    DropTable {
+        name: String,
+        if_exists: bool,
+    },
+    AddColumn {
+        table: String,
+        column: ColumnDef,
+        if_not_exists: bool,
+    },
+    DropColumn {
+        table: String,
+        column: String,
+        if_exists: bool,
+    },
+    Begin {
+        read_only: bool,
+    },
+    Commit,
+    Rollback,
+    /// `upsert` is GoogleSQL's INSERT OR UPDATE.
+    Insert {
+        insert: Box<ast::Insert>,
+        upsert: bool,
+    },
+    Update(Box<ast::Update>),
+    Delete(Box<ast::Delete>),
+    /// A query (or EXPLAIN) planned and run by DataFusion.
+    Query(Box<ast::Statement>),
+}
+
+impl Statement {
+    /// The PostgreSQL command tag's verb.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            Statement::CreateTable { .. } => "CREATE TABLE",
+            Statement::DropTable { .. } => "DROP TABLE",
+            Statement::AddColumn { .. } | Statement::DropColumn { .. } => "ALTER TABLE",
+            Statement::Begin { .. } => "BEGIN",
+            Statement::Commit => "COMMIT",
+            Statement::Rollback => "ROLLBACK",
+            Statement::Insert { .. } => "INSERT",
+            Statement::Update(_) => "UPDATE",
+            Statement::Delete(_) => "DELETE",
+            Statement::Query(_) => "SELECT",
+        }
+    }
+}
+
+fn syntax(e: ParserError) -> Error {
+    let msg = e.to_string();
+    Error::Syntax(
+        msg.strip_prefix("sql parser error: ")
+            .unwrap_or(&msg)
+            .to_string(),
+    )
+}
+
+/// Parses every statement of `sql`.
+pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    let dialect = PostgreSqlDialect {};
+    let mut parser = Parser::new(&dialect).try_with_sql(sql).map_err(syntax)?;
+    let mut out = Vec::new();
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        if parser.peek_token().token == Token::EOF {
+            break;
+        }
+        out.push(parse_statement(&mut parser)?);
+        let next = parser.peek_token();
+        if next.token != Token::EOF && next.token != Token::SemiColon {
+            return Err(Error::Syntax(format!(
+                "expected end of statement, found: {}",
+                next.token
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Folds an identifier like PostgreSQL.
+pub fn fold_ident(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}
+
+/// The single-part name of a table (schema qualification is not supported
+/// beyond `public.`).
+pub fn object_name(name: &ObjectName) -> Result<String> {
+    let parts: Vec<&Ident> = name.0.iter().filter_map(|p| p.as_ident()).collect();
+    match parts.as_slice() {
+        [one] => Ok(fold_ident(one)),
+        [schema, one] if fold_ident(schema) == "public" => Ok(fold_ident(one)),
+        _ => Err(Error::Unsupported(format!(
+            "qualified name {name} is not supported"
+        ))),
+    }
+}
+
+fn is_word(parser: &Parser, n: usize, word: &str) -> bool {
+    match parser.peek_nth_token(n).token {
+        Token::Word(w) => w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word),
+        _ => false,
+    }
+}
+
+fn parse_statement(p: &mut Parser) -> Result<Statement> {
+    if is_word(p, 0, "CREATE") && is_word(p, 1, "TABLE") {
+        p.next_token();
+        p.next_token();
+        return parse_create_table(p);
+    }
+    if is_word(p, 0, "DROP") && is_word(p, 1, "TABLE") {
+        p.next_token();
+        p.next_token();
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let name = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
+        return Ok(Statement::DropTable { name, if_exists });
+    }
+    if is_word(p, 0, "ALTER") && is_word(p, 1, "TABLE") {
+        p.next_token();
+        p.next_token();
+        return parse_alter_table(p);
+    }
+    if is_word(p, 0, "INSERT") && is_word(p, 1, "OR") && is_word(p, 2, "UPDATE") {
+        let insert_token = p.next_token();
+        p.next_token();
+        p.next_token();
+        return match p.parse_insert(insert_token).map_err(syntax)? {
+            ast::Statement::Insert(insert) => Ok(Statement::Insert {
+                insert: Box::new(insert),
+                upsert: true,
+            }),
+            other => Err(Error::Internal(format!("INSERT parsed as {other}"))),
+        };
+    }
+    let stmt = p.parse_statement().map_err(syntax)?;
+    classify(stmt)
+}
+
+fn classify(stmt: ast::Statement) -> Result<Statement> {
+    Ok(match stmt {
+        ast::Statement::StartTransaction { modes, .. } => {
+            let read_only = modes.iter().any(|m| {
+                matches!(
+                    m,
+                    ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly)
+                )
+            });
+            Statement::Begin { read_only }
+        }
+        ast::Statement::Commit { .. } => Statement::Commit,
+        ast::Statement::Rollback {
+            savepoint: Some(_), ..
+        } => return Err(Error::Unsupported("savepoints are not supported".into())),
+        ast::Statement::Rollback { .. } => Statement::Rollback,
+        ast::Statement::Insert(insert) => Statement::Insert {
+            insert: Box::new(insert),
+            upsert: false,
+        },
+        ast::Statement::Update(update) => Statement::Update(Box::new(update)),
+        ast::Statement::Delete(delete) => Statement::Delete(Box::new(delete)),
+        q @ (ast::Statement::Query(_) | ast::Statement::Explain { .. }) => {
+            Statement::Query(Box::new(q))
+        }
+        ast::Statement::CreateIndex(_) => {
+            return Err(Error::Unsupported(
+                "CREATE INDEX is not supported yet".into(),
+            ))
+        }
+        other => {
+            let text = other.to_string();
+            let verb: String = text
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Err(Error::Unsupported(format!(
+                "statement not supported: {verb}"
+            )));
+        }
+    })
+}
+
+fn parse_create_table(p: &mut Parser) -> Result<Statement> {
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
+    p.expect_token(&Token::LParen).map_err(syntax)?;
+    let mut columns = Vec::new();
+    let mut primary_key: Option<Vec<KeyColumn>> = None;
+    loop {
+        if p.consume_token(&Token::RParen) {
+            break;
+        }
+        if p.parse_keyword(Keyword::CONSTRAINT) {
+            p.parse_identifier().map_err(syntax)?;
+        }
+        if p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
+            set_primary_key(&mut primary_key, parse_key_list(p)?)?;
+        } else if p.peek_keyword(Keyword::UNIQUE)
+            || p.peek_keyword(Keyword::FOREIGN)
+            || p.peek_keyword(Keyword::CHECK)
+        {
+            return Err(Error::Unsupported(format!(
+                "table constraint {} is not supported; use a secondary index or interleaving",
+                p.peek_token().token
+            )));
+        } else {
+            let (col, inline_pk) = parse_column(p)?;
+            if inline_pk {
+                set_primary_key(
+                    &mut primary_key,
+                    vec![KeyColumn {
+                        name: col.name.clone(),
+                        direction: Direction::Asc,
+                    }],
+                )?;
+            }
+            columns.push(col);
+        }
+        if !p.consume_token(&Token::Comma) {
+            p.expect_token(&Token::RParen).map_err(syntax)?;
+            break;
+        }
+    }
+    // GoogleSQL: PRIMARY KEY after the column list.
+    if p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
+        set_primary_key(&mut primary_key, parse_key_list(p)?)?;
+    }
+    let mut interleave = None;
+    let comma = p.consume_token(&Token::Comma);
+    if is_word(p, 0, "INTERLEAVE") {
+        p.next_token();
+        p.expect_keyword(Keyword::IN).map_err(syntax)?;
+        let in_parent = is_word(p, 0, "PARENT");
+        if in_parent {
+            p.next_token();
+        }
+        let parent = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
+        let mut on_delete = OnDelete::NoAction;
+        if p.parse_keywords(&[Keyword::ON, Keyword::DELETE]) {
+            if !in_parent {
+                return Err(Error::Syntax(
+                    "ON DELETE is only allowed with INTERLEAVE IN PARENT".into(),
+                ));
+            }
+            if p.parse_keyword(Keyword::CASCADE) {
+                on_delete = OnDelete::Cascade;
+            } else if p.parse_keywords(&[Keyword::NO, Keyword::ACTION]) {
+                on_delete = OnDelete::NoAction;
+            } else {
+                return Err(Error::Syntax(format!(
+                    "expected CASCADE or NO ACTION after ON DELETE, found: {}",
+                    p.peek_token().token
+                )));
+            }
+        }
+        interleave = Some(Interleave {
+            parent,
+            kind: if in_parent {
+                InterleaveKind::InParent
+            } else {
+                InterleaveKind::In
+            },
+            on_delete,
+        });
+    } else if comma {
+        return Err(Error::Syntax(format!(
+            "expected INTERLEAVE after ',', found: {}",
+            p.peek_token().token
+        )));
+    }
+    if is_word(p, 0, "OPTIONS") || is_word(p, 0, "ROW") {
+        return Err(Error::Unsupported(format!(
+            "table option {} is not supported",
+            p.peek_token().token
+        )));
+    }
+    // Key columns are implicitly NOT NULL in PostgreSQL's form; in GoogleSQL
+    // they may be NULL (NULL sorts first). We follow PostgreSQL only when
+    // the key was declared inside the parentheses.
+    let primary_key = primary_key.unwrap_or_default();
+    if primary_key.is_empty() && columns.is_empty() {
+        return Err(Error::Syntax("a table needs at least one column".into()));
+    }
+    Ok(Statement::CreateTable {
+        def: TableDef {
+            name,
+            columns,
+            primary_key,
+            interleave,
+        },
+        if_not_exists,
+    })
+}
+
+fn set_primary_key(slot: &mut Option<Vec<KeyColumn>>, keys: Vec<KeyColumn>) -> Result<()> {
+    if slot.is_some() {
+        return Err(Error::Syntax(
+            "multiple primary keys are not allowed".into(),
+        ));
+    }
+    if keys.is_empty() {
+        return Err(Error::Syntax(
+            "PRIMARY KEY needs at least one column".into(),
+        ));
+    }
+    *slot = Some(keys);
+    Ok(())
+}
+
+fn parse_key_list(p: &mut Parser) -> Result<Vec<KeyColumn>> {
+    p.expect_token(&Token::LParen).map_err(syntax)?;
+    let mut keys = Vec::new();
+    if p.consume_token(&Token::RParen) {
+        return Ok(keys);
+    }
+    loop {
+        let name = fold_ident(&p.parse_identifier().map_err(syntax)?);
+        let direction = if p.parse_keyword(Keyword::DESC) {
+            Direction::Desc
+        } else {
+            let _ = p.parse_keyword(Keyword::ASC);
+            Direction::Asc
+        };
+        keys.push(KeyColumn { name, direction });
+        if !p.consume_token(&Token::Comma) {
+            break;
+        }
+    }
+    p.expect_token(&Token::RParen).map_err(syntax)?;
+    Ok(keys)
+}
+
+/// Parses `name type [options]`; returns whether it declared PRIMARY KEY.
+fn parse_column(p: &mut Parser) -> Result<(ColumnDef, bool)> {
+    let name = fold_ident(&p.parse_identifier().map_err(syntax)?);
+    let data_type = parse_type(p)?;
+    let mut nullable = true;
+    let mut default = None;
+    let mut pk = false;
+    loop {
+        if p.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
+            nullable = false;
+        } else if p.parse_keyword(Keyword::NULL) {
+            nullable = true;
+        } else if p.parse_keyword(Keyword::DEFAULT) {
+            let expr = p.parse_expr().map_err(syntax)?;
+            default = Some(expr.to_string());
+        } else if p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
+            pk = true;
+            nullable = false;
+        } else if p.peek_keyword(Keyword::UNIQUE)
+            || p.peek_keyword(Keyword::REFERENCES)
+            || p.peek_keyword(Keyword::CHECK)
+            || is_word(p, 0, "OPTIONS")
+        {
+            return Err(Error::Unsupported(format!(
+                "column option {} (column \"{name}\") is not supported",
+                p.peek_token().token
+            )));
+        } else {
+            break;
+        }
+    }
+    Ok((
+        ColumnDef {
+            name,
+            data_type,
+            nullable,
+            default,
+        },
+        pk,
+    ))
+}
+
+/// Parses a column type in either dialect.
+pub fn parse_type(p: &mut Parser) -> Result<DataType> {
+    let tok = p.next_token();
+    let word = match &tok.token {
+        Token::Word(w) => w.value.to_ascii_lowercase(),
+        other => {
+            return Err(Error::Syntax(format!(
+                "expected a type name, found: {other}"
+            )))
+        }
+    };
+    let ty = match word.as_str() {
+        "int64" | "bigint" | "int8" | "integer" | "int" | "int4" | "smallint" | "int2"
+        | "tinyint" => DataType::Int64,
+        "float64" | "float8" | "float" | "real" | "float4" | "float32" => {
+            skip_precision(p)?;
+            DataType::Float64
+        }
+        "double" => {
+            let _ = p.parse_keyword(Keyword::PRECISION);
+            DataType::Float64
+        }
+        "bool" | "boolean" => DataType::Bool,
+        "string" | "varchar" | "text" | "char" | "character" | "nvarchar" | "clob" => {
+            if word == "character" {
+                let _ = p.parse_keyword(Keyword::VARYING);
+            }
+            let len = parse_length(p)?;
+            if word == "string"
+                && len.is_none()
+                && !matches!(
+                    p.peek_token().token,
+                    Token::Word(_) | Token::Comma | Token::RParen | Token::SemiColon | Token::EOF
+                )
+            {
+                return Err(Error::Syntax("expected STRING(n) or STRING(MAX)".into()));
+            }
+            DataType::String(len)
+        }
+        "bytes" | "bytea" | "blob" | "binary" | "varbinary" => DataType::Bytes(parse_length(p)?),
+        "date" => DataType::Date,
+        "timestamp" | "timestamptz" | "datetime" => {
+            skip_precision(p)?;
+            if p.parse_keyword(Keyword::WITH) || p.parse_keyword(Keyword::WITHOUT) {
+                p.expect_keyword(Keyword::TIME).map_err(syntax)?;
+                p.expect_keyword(Keyword::ZONE).map_err(syntax)?;
+            }
+            DataType::Timestamp
+        }
+        "numeric" | "decimal" => {
+            skip_precision(p)?;
+            DataType::Numeric
+        }
+        "json" | "jsonb" => DataType::Json,
+        other => return Err(Error::Syntax(format!("type \"{other}\" does not exist"))),
+    };
+    Ok(ty)
+}
+
+/// `(n)` or `(MAX)`; `None` means MAX or no length.
+fn parse_length(p: &mut Parser) -> Result<Option<u32>> {
+    if !p.consume_token(&Token::LParen) {
+        return Ok(None);
+    }
+    let len = if is_word(p, 0, "MAX") {
+        p.next_token();
+        None
+    } else {
+        let n = p.parse_literal_uint().map_err(syntax)?;
+        if n == 0 || n > spindle_catalog::MAX_VALUE_BYTES as u64 {
+            return Err(Error::Syntax(format!(
+                "length {n} is out of range (1..{})",
+                spindle_catalog::MAX_VALUE_BYTES
+            )));
+        }
+        Some(n as u32)
+    };
+    p.expect_token(&Token::RParen).map_err(syntax)?;
+    Ok(len)
+}
+
+fn skip_precision(p: &mut Parser) -> Result<()> {
+    if p.consume_token(&Token::LParen) {
+        p.parse_literal_uint().map_err(syntax)?;
+        if p.consume_token(&Token::Comma) {
+            p.parse_literal_uint().map_err(syntax)?;
+        }
+        p.expect_token(&Token::RParen).map_err(syntax)?;
+    }
+    Ok(())
+}
+
+fn parse_alter_table(p: &mut Parser) -> Result<Statement> {
+    let table = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
+    if p.parse_keyword(Keyword::ADD) {
+        let _ = p.parse_keyword(Keyword::COLUMN);
+        let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let (column, pk) = parse_column(p)?;
+        if pk {
+            return Err(Error::Unsupported("cannot add a primary key column".into()));
+        }
+        return Ok(Statement::AddColumn {
+            table,
+            column,
+            if_not_exists,
+        });
+    }
+    if p.parse_keyword(Keyword::DROP) {
+        let _ = p.parse_keyword(Keyword::COLUMN);
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let column = fold_ident(&p.parse_identifier().map_err(syntax)?);
+        return Ok(Statement::DropColumn {
+            table,
+            column,
+            if_exists,
+        });
+    }
+    Err(Error::Unsupported(format!(
+        "ALTER TABLE {} is not supported (ADD COLUMN and DROP COLUMN are)",
+        p.peek_token().token
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(sql: &str) -> TableDef {
+        match parse(sql).unwrap().remove(0) {
+            Statement::CreateTable { def, .. } => def,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn googlesql_create_table() {
+        let def = create(
+            "CREATE TABLE Albums (SingerId INT64 NOT NULL, AlbumId INT64 NOT NULL, AlbumTitle STRING(MAX), \
+             Code STRING(10) DEFAULT ('x')) PRIMARY KEY (SingerId, AlbumId DESC), \
+             INTERLEAVE IN PARENT Singers ON DELETE CASCADE",
+        );
+        assert_eq!(def.name, "albums");
+        assert_eq!(def.columns[2].data_type, DataType::String(None));
+        assert_eq!(def.columns[3].data_type, DataType::String(Some(10)));
+        assert_eq!(def.columns[3].default.as_deref(), Some("('x')"));
+        assert_eq!(
+            def.primary_key[1],
+            KeyColumn {
+                name: "albumid".into(),
+                direction: Direction::Desc
+            }
+        );
+        let il = def.interleave.unwrap();
+        assert_eq!(
+            (il.parent.as_str(), il.kind, il.on_delete),
+            ("singers", InterleaveKind::InParent, OnDelete::Cascade)
+        );
+    }
+
+    #[test]
+    fn postgres_create_table() {
+        let def = create(
+            "CREATE TABLE albums (singer_id bigint NOT NULL, album_id bigint NOT NULL, title varchar, \
+             price numeric, at timestamptz, d double precision, \
+             PRIMARY KEY (singer_id, album_id)) INTERLEAVE IN PARENT singers",
+        );
+        assert_eq!(def.primary_key.len(), 2);
+        assert_eq!(def.columns[4].data_type, DataType::Timestamp);
+        assert_eq!(def.columns[5].data_type, DataType::Float64);
+        assert_eq!(def.interleave.unwrap().on_delete, OnDelete::NoAction);
+        let def = create("CREATE TABLE t (a integer PRIMARY KEY, b text)");
+        assert_eq!(def.primary_key[0].name, "a");
+        let def = create("CREATE TABLE c (a INT64, b INT64) PRIMARY KEY (a, b), INTERLEAVE IN p");
+        assert_eq!(def.interleave.unwrap().kind, InterleaveKind::In);
+    }
+
+    #[test]
+    fn bad_ddl_is_a_syntax_error() {
+        for sql in [
+            "CREATE TABLE t (a INT64) PRIMARY KEY (a), INTERLEAVE PARENT p",
+            "CREATE TABLE t (a WIDGET)",
+            "CREATE TABLE t (a INT64) PRIMARY KEY (a) garbage",
+            "CREATE TABLE t (a INT64, PRIMARY KEY (a)) PRIMARY KEY (a)",
+            "CREATE TABLE t (a INT64) PRIMARY KEY (a), INTERLEAVE IN p ON DELETE CASCADE",
+        ] {
+            let err = parse(sql).unwrap_err();
+            assert_eq!(err.sqlstate(), "42601", "{sql}: {err}");
+        }
+    }
+
+    #[test]
+    fn insert_or_update_and_multiple_statements() {
+        let stmts =
+            parse("INSERT OR UPDATE INTO t (a) VALUES (1); SELECT 1;; BEGIN; COMMIT").unwrap();
+        assert!(matches!(stmts[0], Statement::Insert { upsert: true, .. }));
+        assert!(matches!(stmts[1], Statement::Query(_)));
+        assert!(matches!(stmts[2], Statement::Begin { read_only: false }));
+        assert!(matches!(stmts[3], Statement::Commit));
+    }
+}

@@ -1,0 +1,632 @@
+//! DataFusion table providers over Spindle tables.
+//!
+//! A [`SpindleTable`] turns DataFusion's scan (projection, filters, limit)
+//! into a plain [`ScanRequest`]: a sorted list of disjoint key ranges plus
+//! the projected columns. Storage never sees a DataFusion type.
+//!
+//! ## Filters → key ranges
+//!
+//! For key columns `k1..kn` (the full key, parent's columns first):
+//!
+//! 1. While `ki = literal` or `ki IN (literals)` holds, the key prefix
+//!    grows (the cartesian product of IN lists, up to [`MAX_POINTS`]).
+//! 2. On the next key column, `<, <=, >, >=` bounds narrow each prefix to
+//!    a range. NULLs are excluded (a comparison is never true for NULL).
+//! 3. Everything else is evaluated by DataFusion on the scanned rows.
+//!
+//! A filter is reported `Exact` only when it was consumed by step 1 or 2
+//! (the ranges then contain exactly the rows it accepts); otherwise it is
+//! `Inexact` or `Unsupported` and DataFusion re-applies it.
+//!
+//! ## Interleaved tables
+//!
+//! A child table's rows live inside its root table's row trees, mixed with
+//! rows of other tables of the tree. A scan covers the root's range (or a
+//! narrower prefix) and keeps only keys that decode as rows of the scanned
+//! table ([`spindle_catalog::Catalog::decode_key`]). Rows come out in key
+//! order, which the plan declares to DataFusion as the output ordering.
+//!
+//! ## Execution
+//!
+//! All ranges are read at the statement's snapshot (the transaction's read
+//! timestamp plus its own buffered writes, copied at plan time), on a
+//! blocking thread that feeds record batches through a bounded channel.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{Session as DfSession, TableProvider};
+use datafusion::common::{DataFusionError, ScalarValue};
+use datafusion::datasource::TableType;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_expr::expressions::Column as PhysColumn;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::ExecutionPlan;
+use spindle_catalog::{Catalog, Table};
+use spindle_keys::key::prefix_end;
+use spindle_keys::{Direction, Value};
+use spindle_txn::{Snapshot, Transaction, TxnManager};
+
+use crate::types::{array_value, build_array, table_schema};
+
+/// Most key points an IN-list product may expand to before the scan falls
+/// back to a range over the common prefix.
+pub const MAX_POINTS: usize = 1024;
+const BATCH_ROWS: usize = 1024;
+
+/// The transaction a statement runs in, shared with the providers it plans.
+pub type TxnHandle = Arc<Mutex<Transaction>>;
+
+/// A key range `[start, end)` over logical keys; `end = None` is unbounded.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KeyRange {
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+}
+
+/// What a scan reads: the table's ancestry (root first), the key ranges in
+/// key order, and the columns (indices into `table.columns`) to return.
+#[derive(Clone, Debug)]
+pub struct ScanRequest {
+    pub chain: Vec<Table>,
+    pub ranges: Vec<KeyRange>,
+    pub columns: Vec<usize>,
+    pub limit: Option<usize>,
+}
+
+/// The key-range plan derived from a set of filters.
+struct RangePlan {
+    ranges: Vec<KeyRange>,
+    /// Which of the input filters the ranges enforce completely.
+    exact: Vec<bool>,
+}
+
+pub struct SpindleTable {
+    table: Table,
+    chain: Vec<Table>,
+    schema: SchemaRef,
+    /// Indices into `table.columns` of the schema's fields.
+    visible: Vec<usize>,
+    txn: TxnHandle,
+}
+
+impl fmt::Debug for SpindleTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SpindleTable({})", self.table.name)
+    }
+}
+
+impl SpindleTable {
+    pub fn new(
+        catalog: &Catalog,
+        table: &Table,
+        txn: TxnHandle,
+        include_hidden: bool,
+    ) -> crate::Result<Self> {
+        let chain: Vec<Table> = catalog
+            .ancestry(&table.name)?
+            .into_iter()
+            .cloned()
+            .collect();
+        let visible = (0..table.columns.len())
+            .filter(|i| include_hidden || !table.columns[*i].hidden)
+            .collect();
+        Ok(SpindleTable {
+            table: table.clone(),
+            chain,
+            schema: table_schema(table, include_hidden),
+            visible,
+            txn,
+        })
+    }
+
+    fn key_types(&self) -> Vec<(String, Direction, datafusion::arrow::datatypes::DataType)> {
+        self.table
+            .primary_key
+            .iter()
+            .map(|k| {
+                let ty = self
+                    .table
+                    .column(&k.name)
+                    .map(|c| crate::types::arrow_type(&c.data_type));
+                (
+                    k.name.clone(),
+                    k.direction,
+                    ty.unwrap_or(datafusion::arrow::datatypes::DataType::Null),
+                )
+            })
+            .collect()
+    }
+
+    fn plan_ranges(&self, filters: &[&Expr]) -> crate::Result<RangePlan> {
+        let keys = self.key_types();
+        let mut exact = vec![false; filters.len()];
+        let chain: Vec<&Table> = self.chain.iter().collect();
+        // Step 1: equality / IN prefix.
+        let mut points: Vec<Vec<Value>> = vec![vec![]];
+        let mut depth = 0;
+        for (name, _, ty) in &keys {
+            let mut found = None;
+            for (i, f) in filters.iter().enumerate() {
+                if let Some(vals) = equality_values(f, name, ty) {
+                    found = Some((i, vals));
+                    break;
+                }
+            }
+            let Some((i, mut vals)) = found else { break };
+            vals.sort();
+            vals.dedup();
+            if points.len() * vals.len() > MAX_POINTS {
+                break;
+            }
+            points = points
+                .iter()
+                .flat_map(|p| {
+                    vals.iter().map(move |v| {
+                        let mut q = p.clone();
+                        q.push(v.clone());
+                        q
+                    })
+                })
+                .collect();
+            exact[i] = true;
+            depth += 1;
+        }
+        // Step 2: range on the next key column.
+        let mut lower: Option<(Value, bool)> = None;
+        let mut upper: Option<(Value, bool)> = None;
+        if let Some((name, _, ty)) = keys.get(depth) {
+            for (i, f) in filters.iter().enumerate() {
+                for (op, v) in range_bounds(f, name, ty) {
+                    match op {
+                        Operator::Gt | Operator::GtEq => {
+                            let inclusive = op == Operator::GtEq;
+                            if lower
+                                .as_ref()
+                                .is_none_or(|(l, li)| v > *l || (v == *l && !inclusive && *li))
+                            {
+                                lower = Some((v, inclusive));
+                            }
+                        }
+                        _ => {
+                            let inclusive = op == Operator::LtEq;
+                            if upper
+                                .as_ref()
+                                .is_none_or(|(u, ui)| v < *u || (v == *u && !inclusive && *ui))
+                            {
+                                upper = Some((v, inclusive));
+                            }
+                        }
+                    }
+                    exact[i] = true;
+                }
+            }
+        }
+        let has_range = lower.is_some() || upper.is_some();
+        let mut ranges = Vec::with_capacity(points.len());
+        for p in &points {
+            let prefix = self_catalog_prefix(&chain, p, true)?;
+            if !has_range {
+                ranges.push(KeyRange {
+                    end: prefix_end(&prefix),
+                    start: prefix,
+                });
+                continue;
+            }
+            let dir = keys[depth].1;
+            let enc = |v: &Value| -> crate::Result<Vec<u8>> {
+                let mut q = p.clone();
+                q.push(v.clone());
+                self_catalog_prefix(&chain, &q, false)
+            };
+            let after = |v: &Value| -> crate::Result<Option<Vec<u8>>> { Ok(prefix_end(&enc(v)?)) };
+            // Map the value interval (NULL excluded) to key space.
+            let (lo_val, hi_val) = match dir {
+                Direction::Asc => (&lower, &upper),
+                Direction::Desc => (&upper, &lower),
+            };
+            let start = match lo_val {
+                Some((v, true)) => enc(v)?,
+                Some((v, false)) => match after(v)? {
+                    Some(k) => k,
+                    None => continue,
+                },
+                None if dir == Direction::Asc => match after(&Value::Null)? {
+                    Some(k) => k,
+                    None => continue,
+                },
+                None => prefix.clone(),
+            };
+            let end = match hi_val {
+                Some((v, true)) => after(v)?,
+                Some((v, false)) => Some(enc(v)?),
+                None if dir == Direction::Desc => Some(enc(&Value::Null)?),
+                None => prefix_end(&prefix),
+            };
+            if end.as_ref().is_some_and(|e| *e <= start) {
+                continue;
+            }
+            ranges.push(KeyRange { start, end });
+        }
+        ranges.sort();
+        Ok(RangePlan { ranges, exact })
+    }
+}
+
+fn self_catalog_prefix(
+    chain: &[&Table],
+    prefix: &[Value],
+    descend: bool,
+) -> crate::Result<Vec<u8>> {
+    // `Catalog::encode_key_prefix` only needs the chain.
+    Catalog::new()
+        .encode_key_prefix(chain, prefix, descend)
+        .map_err(|e| match e {
+            spindle_catalog::KeyError::Catalog(c) => c.into(),
+            spindle_catalog::KeyError::Key(k) => k.into(),
+        })
+}
+
+/// Converts a literal to a key value if its type is exactly the column's.
+fn literal_value(s: &ScalarValue, ty: &datafusion::arrow::datatypes::DataType) -> Option<Value> {
+    use datafusion::arrow::datatypes::DataType as A;
+    let lit_ty = s.data_type();
+    let same = lit_ty == *ty
+        || (matches!(ty, A::Utf8) && matches!(lit_ty, A::Utf8View | A::LargeUtf8))
+        || (matches!(ty, A::Timestamp(u, _) if matches!(lit_ty, A::Timestamp(v, _) if v == *u)));
+    if !same || s.is_null() {
+        return None;
+    }
+    let arr = s.to_array().ok()?;
+    array_value(arr.as_ref(), 0).ok()
+}
+
+fn column_name(e: &Expr) -> Option<&str> {
+    match e {
+        Expr::Column(c) => Some(c.name.as_str()),
+        _ => None,
+    }
+}
+
+/// `col = lit`, `lit = col` or `col IN (lits)` on column `name`.
+fn equality_values(
+    f: &Expr,
+    name: &str,
+    ty: &datafusion::arrow::datatypes::DataType,
+) -> Option<Vec<Value>> {
+    match f {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq,
+            right,
+        }) => {
+            let (c, l) = match (left.as_ref(), right.as_ref()) {
+                (c @ Expr::Column(_), Expr::Literal(l, _))
+                | (Expr::Literal(l, _), c @ Expr::Column(_)) => (c, l),
+                _ => return None,
+            };
+            (column_name(c) == Some(name))
+                .then(|| literal_value(l, ty))
+                .flatten()
+                .map(|v| vec![v])
+        }
+        Expr::InList(list) if !list.negated && column_name(&list.expr) == Some(name) => list
+            .list
+            .iter()
+            .map(|e| match e {
+                Expr::Literal(l, _) => literal_value(l, ty),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+/// Range comparisons on column `name`, normalized to `col op value`.
+fn range_bounds(
+    f: &Expr,
+    name: &str,
+    ty: &datafusion::arrow::datatypes::DataType,
+) -> Vec<(Operator, Value)> {
+    match f {
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(
+                op,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            ) =>
+        {
+            let (op, c, l) = match (left.as_ref(), right.as_ref()) {
+                (c @ Expr::Column(_), Expr::Literal(l, _)) => (*op, c, l),
+                (Expr::Literal(l, _), c @ Expr::Column(_)) => match op.swap() {
+                    Some(o) => (o, c, l),
+                    None => return vec![],
+                },
+                _ => return vec![],
+            };
+            if column_name(c) != Some(name) {
+                return vec![];
+            }
+            literal_value(l, ty)
+                .map(|v| vec![(op, v)])
+                .unwrap_or_default()
+        }
+        Expr::Between(b) if !b.negated && column_name(&b.expr) == Some(name) => {
+            match (b.low.as_ref(), b.high.as_ref()) {
+                (Expr::Literal(lo, _), Expr::Literal(hi, _)) => {
+                    match (literal_value(lo, ty), literal_value(hi, ty)) {
+                        (Some(lo), Some(hi)) => vec![(Operator::GtEq, lo), (Operator::LtEq, hi)],
+                        _ => vec![],
+                    }
+                }
+                _ => vec![],
+            }
+        }
+        _ => vec![],
+    }
+}
+
+#[async_trait]
+impl TableProvider for SpindleTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+        let plan = self
+            .plan_ranges(filters)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(plan
+            .exact
+            .iter()
+            .map(|e| {
+                if *e {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn DfSession,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let refs: Vec<&Expr> = filters.iter().collect();
+        let plan = self
+            .plan_ranges(&refs)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let fields: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.visible.len()).collect(),
+        };
+        let columns: Vec<usize> = fields.iter().map(|i| self.visible[*i]).collect();
+        let schema = Arc::new(self.schema.project(&fields)?);
+        let request = ScanRequest {
+            chain: self.chain.clone(),
+            ranges: plan.ranges,
+            columns: columns.clone(),
+            limit,
+        };
+        let (snapshots, mgr) = {
+            let txn = self
+                .txn
+                .lock()
+                .map_err(|_| DataFusionError::Internal("transaction lock poisoned".into()))?;
+            let snaps: Vec<Snapshot> = request
+                .ranges
+                .iter()
+                .map(|r| txn.snapshot(&r.start, r.end.as_deref()))
+                .collect();
+            (snaps, txn.manager().clone())
+        };
+        // Rows come out in key order: declare the ordering of the longest
+        // prefix of key columns that is projected.
+        let mut sort = Vec::new();
+        for k in &self.table.primary_key {
+            let Some(ci) = self.table.column_index(&k.name) else {
+                break;
+            };
+            let Some(pos) = columns.iter().position(|c| *c == ci) else {
+                break;
+            };
+            let descending = k.direction == Direction::Desc;
+            sort.push(PhysicalSortExpr::new(
+                Arc::new(PhysColumn::new(&self.table.columns[ci].name, pos)),
+                SortOptions {
+                    descending,
+                    nulls_first: !descending,
+                },
+            ));
+        }
+        let ordering: Vec<LexOrdering> = LexOrdering::new(sort).into_iter().collect();
+        let stream = Arc::new(ScanStream {
+            schema: schema.clone(),
+            request,
+            snapshots,
+            mgr,
+        });
+        let exec = StreamingTableExec::try_new(schema, vec![stream], None, ordering, false, limit)?;
+        Ok(Arc::new(exec))
+    }
+}
+
+/// One partition: reads every range of a [`ScanRequest`] in order.
+struct ScanStream {
+    schema: SchemaRef,
+    request: ScanRequest,
+    snapshots: Vec<Snapshot>,
+    mgr: Arc<TxnManager>,
+}
+
+impl fmt::Debug for ScanStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ScanStream({} ranges)", self.request.ranges.len())
+    }
+}
+
+impl PartitionStream for ScanStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 2);
+        let tx = builder.tx();
+        let schema = self.schema.clone();
+        let request = self.request.clone();
+        let snapshots = self.snapshots.clone();
+        let mgr = self.mgr.clone();
+        builder.spawn_blocking(move || {
+            let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
+            let mut rows = RowDecoder::new(&request);
+            let mut produced = 0usize;
+            for snap in snapshots {
+                for item in snap.into_iter(&mgr) {
+                    let (key, value) = item.map_err(|e| DataFusionError::External(Box::new(crate::Error::from(e))))?;
+                    if rows.push(&key, &value).map_err(|e| DataFusionError::External(Box::new(e)))? {
+                        produced += 1;
+                    }
+                    if rows.len() >= BATCH_ROWS {
+                        let batch = rows.finish(&schema)?;
+                        if tx.blocking_send(Ok(batch)).is_err() {
+                            return Ok(()); // the consumer went away (e.g. LIMIT reached)
+                        }
+                    }
+                    if request.limit.is_some_and(|l| produced >= l) {
+                        break;
+                    }
+                }
+                if request.limit.is_some_and(|l| produced >= l) {
+                    break;
+                }
+            }
+            if rows.len() > 0 {
+                let batch = rows.finish(&schema)?;
+                let _ = tx.blocking_send(Ok(batch));
+            }
+            Ok(())
+        });
+        builder.build()
+    }
+}
+
+/// Decodes stored rows of one table into column-wise values.
+pub struct RowDecoder<'a> {
+    request: &'a ScanRequest,
+    key_positions: Vec<Option<usize>>,
+    column_ids: Vec<u32>,
+    columns: Vec<Vec<Value>>,
+    /// Rows counted when no column is projected (e.g. `SELECT count(*)`).
+    zero_width_rows: usize,
+}
+
+impl<'a> RowDecoder<'a> {
+    pub fn new(request: &'a ScanRequest) -> Self {
+        let table = request.chain.last();
+        let (key_positions, column_ids) = match table {
+            Some(t) => (
+                request
+                    .columns
+                    .iter()
+                    .map(|c| {
+                        t.primary_key
+                            .iter()
+                            .position(|k| k.name == t.columns[*c].name)
+                    })
+                    .collect(),
+                request.columns.iter().map(|c| t.columns[*c].id).collect(),
+            ),
+            None => (vec![], vec![]),
+        };
+        RowDecoder {
+            request,
+            key_positions,
+            column_ids,
+            columns: vec![Vec::new(); request.columns.len()],
+            zero_width_rows: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.columns
+            .first()
+            .map(|c| c.len())
+            .unwrap_or(self.zero_width_rows)
+    }
+
+    /// Decodes one stored row; returns false if the key belongs to another
+    /// table of the row tree.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> crate::Result<bool> {
+        let chain: Vec<&Table> = self.request.chain.iter().collect();
+        let Some(key_values) = Catalog::decode_key(&chain, key)? else {
+            return Ok(false);
+        };
+        let needs_row = self.key_positions.iter().any(|p| p.is_none());
+        let stored = if needs_row {
+            spindle_keys::row::decode_row(value)?
+        } else {
+            Vec::new()
+        };
+        if self.columns.is_empty() {
+            self.zero_width_rows += 1;
+        }
+        for (i, col) in self.columns.iter_mut().enumerate() {
+            let v = match self.key_positions[i] {
+                Some(k) => key_values[k].clone(),
+                None => stored
+                    .iter()
+                    .find(|(id, _)| *id == self.column_ids[i])
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or(Value::Null),
+            };
+            col.push(v);
+        }
+        Ok(true)
+    }
+
+    /// Returns the buffered rows as a record batch and clears the buffer.
+    pub fn finish(&mut self, schema: &SchemaRef) -> datafusion::error::Result<RecordBatch> {
+        let table = self
+            .request
+            .chain
+            .last()
+            .ok_or_else(|| DataFusionError::Internal("empty chain".into()))?;
+        let mut arrays = Vec::with_capacity(self.columns.len());
+        for (i, vals) in self.columns.iter_mut().enumerate() {
+            let ty = &table.columns[self.request.columns[i]].data_type;
+            let refs: Vec<&Value> = vals.iter().collect();
+            arrays
+                .push(build_array(ty, &refs).map_err(|e| DataFusionError::External(Box::new(e)))?);
+            vals.clear();
+        }
+        let n = std::mem::take(&mut self.zero_width_rows);
+        if arrays.is_empty() {
+            let opts =
+                datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n));
+            return Ok(RecordBatch::try_new_with_options(
+                schema.clone(),
+                arrays,
+                &opts,
+            )?);
+        }
+        Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+    }
+}

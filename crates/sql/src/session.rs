@@ -1,0 +1,419 @@
+//! The engine and its sessions: the life of a statement.
+//!
+//! ```text
+//! Session::execute(sql, params)
+//!   └─ parser::parse ─► bind::bind_params ─► for each statement: Session::execute_statement
+//!        ├─ BEGIN / COMMIT / ROLLBACK ─► session transaction state
+//!        └─ anything else ─► Session::run_in_transaction
+//!             ├─ explicit transaction: run it; an error marks the transaction failed (25P02)
+//!             └─ autocommit: begin, run, commit; retried on 40001
+//!                  └─ StatementContext::run
+//!                       ├─ DDL    ─► catalog copy edited ─► Transaction::set_catalog
+//!                       ├─ DML    ─► dml::{insert, update, delete}: WHERE evaluated as a
+//!                       │            DataFusion query of keys, writes applied by key
+//!                       └─ query  ─► DataFusion plan over SpindleTable providers ─► batches
+//! ```
+//!
+//! Every statement reads one snapshot: the transaction's read timestamp
+//! plus its own earlier writes.
+
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{
+    CatalogProvider, MemoryCatalogProvider, MemoryCatalogProviderList, SchemaProvider,
+};
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::prelude::{DataFrame, SessionConfig};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast;
+use spindle_catalog::Catalog;
+use spindle_keys::Value;
+use spindle_storage::Store;
+use spindle_txn::{Transaction, TxnManager};
+use tracing::{debug, info_span, Instrument};
+
+use crate::error::{Error, Result};
+use crate::parser::{self, Statement};
+use crate::provider::{SpindleTable, TxnHandle};
+use crate::{bind, ddl, dml, info_schema};
+
+/// Attempts for an autocommit statement that hits a serialization conflict.
+const AUTOCOMMIT_ATTEMPTS: usize = 20;
+
+/// The result of one statement.
+#[derive(Debug, Clone)]
+pub enum Output {
+    Rows {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
+    /// PostgreSQL command tag (`INSERT 0 3`, `CREATE TABLE`, …) and the
+    /// number of rows it affected.
+    Command { tag: String, rows: u64 },
+}
+
+impl Output {
+    fn command(tag: &str) -> Output {
+        Output::Command {
+            tag: tag.to_string(),
+            rows: 0,
+        }
+    }
+}
+
+/// One database: storage, transactions and the DataFusion configuration.
+pub struct Engine {
+    mgr: Arc<TxnManager>,
+    base: SessionState,
+}
+
+impl Engine {
+    /// Opens the database in `path`, or a temporary one when `None`.
+    pub fn open(path: Option<&std::path::Path>) -> Result<Arc<Engine>> {
+        let store = match path {
+            Some(p) => Store::open(p),
+            None => Store::open_temporary(),
+        }
+        .map_err(spindle_txn::Error::from)?;
+        let mgr = TxnManager::new(store)?;
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema("spindle", "public")
+            .with_information_schema(false)
+            .with_target_partitions(2)
+            .with_batch_size(8192);
+        let base = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .build();
+        Ok(Arc::new(Engine { mgr, base }))
+    }
+
+    pub fn session(self: &Arc<Self>) -> Session {
+        Session {
+            engine: self.clone(),
+            txn: None,
+            failed: false,
+            read_only: false,
+        }
+    }
+
+    pub fn manager(&self) -> &Arc<TxnManager> {
+        &self.mgr
+    }
+
+    /// A DataFusion session whose `public` schema reads `catalog`'s tables
+    /// through `txn`, and whose `information_schema` describes `catalog`.
+    pub(crate) fn df_state(
+        &self,
+        catalog: Arc<Catalog>,
+        txn: TxnHandle,
+        include_hidden: bool,
+    ) -> Result<SessionState> {
+        let public = Arc::new(SpindleSchema {
+            catalog: catalog.clone(),
+            txn,
+            include_hidden,
+        });
+        self.df_state_with(public, catalog)
+    }
+
+    pub(crate) fn df_state_with(
+        &self,
+        public: Arc<dyn SchemaProvider>,
+        catalog: Arc<Catalog>,
+    ) -> Result<SessionState> {
+        let cat = MemoryCatalogProvider::new();
+        cat.register_schema("public", public)?;
+        cat.register_schema(
+            "information_schema",
+            Arc::new(info_schema::InfoSchema::new(catalog)),
+        )?;
+        let list = MemoryCatalogProviderList::new();
+        datafusion::catalog::CatalogProviderList::register_catalog(
+            &list,
+            "spindle".into(),
+            Arc::new(cat),
+        );
+        Ok(SessionStateBuilder::new_from_existing(self.base.clone())
+            .with_catalog_list(Arc::new(list))
+            .build())
+    }
+}
+
+/// The `public` schema: Spindle tables of one catalog snapshot.
+pub(crate) struct SpindleSchema {
+    catalog: Arc<Catalog>,
+    txn: TxnHandle,
+    include_hidden: bool,
+}
+
+impl std::fmt::Debug for SpindleSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SpindleSchema")
+    }
+}
+
+#[async_trait::async_trait]
+impl SchemaProvider for SpindleSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.catalog.tables().map(|t| t.name.clone()).collect()
+    }
+
+    async fn table(
+        &self,
+        name: &str,
+    ) -> datafusion::error::Result<Option<Arc<dyn datafusion::catalog::TableProvider>>> {
+        match self.catalog.table(name) {
+            // DataFusion has already folded unquoted names; match exactly so
+            // that "Foo" (quoted) and foo stay distinct like in PostgreSQL.
+            Some(t) if t.name == name || t.name.eq_ignore_ascii_case(name) => {
+                let provider =
+                    SpindleTable::new(&self.catalog, t, self.txn.clone(), self.include_hidden)
+                        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+                Ok(Some(Arc::new(provider)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.catalog.table(name).is_some()
+    }
+}
+
+/// What a statement runs with: the engine and the transaction.
+pub(crate) struct StatementContext {
+    pub engine: Arc<Engine>,
+    pub txn: TxnHandle,
+}
+
+impl StatementContext {
+    pub fn catalog(&self) -> Result<Arc<Catalog>> {
+        Ok(self.lock()?.catalog().clone())
+    }
+
+    pub fn lock(&self) -> Result<std::sync::MutexGuard<'_, Transaction>> {
+        self.txn
+            .lock()
+            .map_err(|_| Error::Internal("transaction lock poisoned".into()))
+    }
+
+    /// Plans and runs a query (or EXPLAIN) with DataFusion.
+    pub async fn query(
+        &self,
+        stmt: ast::Statement,
+        include_hidden: bool,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let state = self
+            .engine
+            .df_state(self.catalog()?, self.txn.clone(), include_hidden)?;
+        run_plan(state, stmt).await
+    }
+
+    /// Runs one non-transaction-control statement.
+    async fn run(&self, stmt: Statement, read_only: bool) -> Result<Output> {
+        if read_only && !matches!(stmt, Statement::Query(_)) {
+            return Err(Error::ReadOnly(format!(
+                "cannot execute {} in a read-only transaction",
+                stmt.tag()
+            )));
+        }
+        match stmt {
+            Statement::CreateTable { def, if_not_exists } => {
+                ddl::create_table(self, def, if_not_exists).await
+            }
+            Statement::DropTable { name, if_exists } => ddl::drop_table(self, &name, if_exists),
+            Statement::AddColumn {
+                table,
+                column,
+                if_not_exists,
+            } => ddl::add_column(self, &table, column, if_not_exists).await,
+            Statement::DropColumn {
+                table,
+                column,
+                if_exists,
+            } => ddl::drop_column(self, &table, &column, if_exists),
+            Statement::Insert { insert, upsert } => {
+                let n = dml::insert(self, *insert, upsert).await?;
+                Ok(Output::Command {
+                    tag: format!("INSERT 0 {n}"),
+                    rows: n,
+                })
+            }
+            Statement::Update(update) => {
+                let n = dml::update(self, *update).await?;
+                Ok(Output::Command {
+                    tag: format!("UPDATE {n}"),
+                    rows: n,
+                })
+            }
+            Statement::Delete(delete) => {
+                let n = dml::delete(self, *delete).await?;
+                Ok(Output::Command {
+                    tag: format!("DELETE {n}"),
+                    rows: n,
+                })
+            }
+            Statement::Query(q) => {
+                let (schema, batches) = self.query(*q, false).await?;
+                Ok(Output::Rows { schema, batches })
+            }
+            Statement::Begin { .. } | Statement::Commit | Statement::Rollback => Err(
+                Error::Internal("transaction control reached StatementContext::run".into()),
+            ),
+        }
+    }
+}
+
+pub(crate) async fn run_plan(
+    state: SessionState,
+    stmt: ast::Statement,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
+        .await?;
+    let df = DataFrame::new(state, plan);
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let batches = df.collect().await?;
+    Ok((schema, batches))
+}
+
+/// A connection: at most one open transaction, PostgreSQL's rules for
+/// transaction blocks.
+pub struct Session {
+    engine: Arc<Engine>,
+    /// The explicit transaction (after BEGIN), if any.
+    txn: Option<TxnHandle>,
+    /// An error happened inside the explicit transaction: only ROLLBACK
+    /// (or COMMIT, which rolls back) is accepted.
+    failed: bool,
+    read_only: bool,
+}
+
+impl Session {
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    pub fn transaction_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Runs every statement of `sql` with positional parameters `$1…`,
+    /// stopping at the first error.
+    pub async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
+        let stmts = match parser::parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail();
+                return Err(e);
+            }
+        };
+        let stmts = bind::bind_params(stmts, params)?;
+        let mut out = Vec::with_capacity(stmts.len());
+        for stmt in stmts {
+            let tag = stmt.tag();
+            let span = info_span!("statement", kind = tag, rows = tracing::field::Empty);
+            let r = self
+                .execute_statement(stmt)
+                .instrument(span.clone())
+                .await?;
+            if let Output::Command { rows, .. } = &r {
+                span.record("rows", rows);
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    fn fail(&mut self) {
+        if self.txn.is_some() {
+            self.failed = true;
+        }
+    }
+
+    pub async fn execute_statement(&mut self, stmt: Statement) -> Result<Output> {
+        match stmt {
+            Statement::Begin { read_only } => {
+                if self.txn.is_none() {
+                    let txn = self.engine.mgr.begin()?;
+                    self.txn = Some(Arc::new(Mutex::new(txn)));
+                    self.failed = false;
+                    self.read_only = read_only;
+                } else if self.failed {
+                    return Err(Error::InFailedTransaction);
+                }
+                Ok(Output::command("BEGIN"))
+            }
+            Statement::Commit => {
+                let Some(txn) = self.txn.take() else {
+                    return Ok(Output::command("COMMIT"));
+                };
+                if std::mem::take(&mut self.failed) {
+                    return Ok(Output::command("ROLLBACK"));
+                }
+                let mut guard = txn
+                    .lock()
+                    .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
+                guard.commit()?;
+                Ok(Output::command("COMMIT"))
+            }
+            Statement::Rollback => {
+                self.txn = None;
+                self.failed = false;
+                Ok(Output::command("ROLLBACK"))
+            }
+            stmt => {
+                if self.failed {
+                    return Err(Error::InFailedTransaction);
+                }
+                match &self.txn {
+                    Some(txn) => {
+                        let ctx = StatementContext {
+                            engine: self.engine.clone(),
+                            txn: txn.clone(),
+                        };
+                        let r = ctx.run(stmt, self.read_only).await;
+                        if r.is_err() {
+                            self.failed = true;
+                        }
+                        r
+                    }
+                    None => self.autocommit(stmt).await,
+                }
+            }
+        }
+    }
+
+    async fn autocommit(&mut self, stmt: Statement) -> Result<Output> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let txn = Arc::new(Mutex::new(self.engine.mgr.begin()?));
+            let ctx = StatementContext {
+                engine: self.engine.clone(),
+                txn: txn.clone(),
+            };
+            let out = ctx.run(stmt.clone(), false).await?;
+            let committed = txn
+                .lock()
+                .map_err(|_| Error::Internal("transaction lock poisoned".into()))?
+                .commit();
+            match committed {
+                Ok(_) => return Ok(out),
+                Err(e) if e.is_retryable() && attempt < AUTOCOMMIT_ATTEMPTS => {
+                    debug!(attempt, "autocommit statement conflicted; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis((attempt as u64) * 2))
+                        .await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
