@@ -30,7 +30,10 @@ const LINE_TIMEOUT: Duration = Duration::from_secs(180);
 fn committed_transactions_survive_sigkill() {
     if let Ok(role) = std::env::var(ROLE_ENV) {
         let dir = std::env::var(DIR_ENV).expect("SPINDLE_CRASH_DIR");
-        let start: i64 = std::env::var(START_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let start: i64 = std::env::var(START_ENV)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         match role.as_str() {
             "loop" => child_commit_loop(Path::new(&dir), start),
             "open" => child_leave_open(Path::new(&dir), start),
@@ -80,7 +83,11 @@ fn write_commit(s: &mut spindle::Session, id: i64) -> spindle::Result<()> {
     for seq in 0..ITEMS_PER_ACK {
         s.execute(
             "INSERT INTO Items (Id, Seq, Payload) VALUES ($1, $2, $3)",
-            &[Value::Int64(id), Value::Int64(seq), Value::String(item_payload(id, seq))],
+            &[
+                Value::Int64(id),
+                Value::Int64(seq),
+                Value::String(item_payload(id, seq)),
+            ],
         )?;
     }
     Ok(())
@@ -95,7 +102,8 @@ fn child_commit_loop(dir: &Path, start: i64) -> ! {
     let mut id = start;
     loop {
         if id % 2 == 0 {
-            db.transaction(|tx| write_commit(tx, id)).expect("child: transaction");
+            db.transaction(|tx| write_commit(tx, id))
+                .expect("child: transaction");
         } else {
             s.run("BEGIN").expect("child: BEGIN");
             write_commit(&mut s, id).expect("child: writes");
@@ -172,7 +180,10 @@ fn spawn_child(dir: &Path, role: &str, start: i64) -> (Child, Receiver<String>) 
 /// Reads the child's messages until `done` says so, then SIGKILLs it.
 fn run_child(dir: &Path, role: &str, start: i64, done: impl Fn(&Run) -> bool) -> Run {
     let (mut child, rx) = spawn_child(dir, role, start);
-    let mut run = Run { acks: Vec::new(), saw_open: false };
+    let mut run = Run {
+        acks: Vec::new(),
+        saw_open: false,
+    };
     loop {
         match rx.recv_timeout(LINE_TIMEOUT) {
             Ok(msg) => {
@@ -185,7 +196,10 @@ fn run_child(dir: &Path, role: &str, start: i64, done: impl Fn(&Run) -> bool) ->
             Err(RecvTimeoutError::Timeout) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("child ({role}) printed nothing for {LINE_TIMEOUT:?}; acks so far: {}", run.acks.len());
+                panic!(
+                    "child ({role}) printed nothing for {LINE_TIMEOUT:?}; acks so far: {}",
+                    run.acks.len()
+                );
             }
             Err(RecvTimeoutError::Disconnected) => {
                 let status = child.wait().expect("wait");
@@ -204,7 +218,11 @@ fn run_child(dir: &Path, role: &str, start: i64, done: impl Fn(&Run) -> bool) ->
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "child should die of SIGKILL, got {status}");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "child should die of SIGKILL, got {status}"
+        );
     }
     let _ = status;
     run
@@ -215,7 +233,11 @@ fn query_i64s(db: &Database, sql: &str) -> Vec<Vec<i64>> {
     rows.rows()
         .unwrap_or_else(|e| panic!("{sql}: rows: {e}"))
         .iter()
-        .map(|row| (0..row.values().len()).map(|i| row.get::<i64>(i).expect("i64")).collect())
+        .map(|row| {
+            (0..row.values().len())
+                .map(|i| row.get::<i64>(i).expect("i64"))
+                .collect()
+        })
         .collect()
 }
 
@@ -228,7 +250,11 @@ fn check(db: &Database, acked: &[i64], maybe: Option<i64>) -> Vec<i64> {
         .map(|r| r[0])
         .collect();
     for id in acked {
-        assert!(ids.contains(id), "acknowledged commit {id} is missing after the crash; found {} rows", ids.len());
+        assert!(
+            ids.contains(id),
+            "acknowledged commit {id} is missing after the crash; found {} rows",
+            ids.len()
+        );
     }
     for id in &ids {
         assert!(
@@ -240,11 +266,20 @@ fn check(db: &Database, acked: &[i64], maybe: Option<i64>) -> Vec<i64> {
     // Every commit is whole: its children and its payloads.
     let items = query_i64s(db, "SELECT Id, COUNT(*) FROM Items GROUP BY Id ORDER BY Id");
     let item_ids: Vec<i64> = items.iter().map(|r| r[0]).collect();
-    assert_eq!(item_ids, ids, "Items rows belong to exactly the committed Acks rows");
+    assert_eq!(
+        item_ids, ids,
+        "Items rows belong to exactly the committed Acks rows"
+    );
     for r in &items {
-        assert_eq!(r[1], ITEMS_PER_ACK, "commit {} has {} of its {ITEMS_PER_ACK} items", r[0], r[1]);
+        assert_eq!(
+            r[1], ITEMS_PER_ACK,
+            "commit {} has {} of its {ITEMS_PER_ACK} items",
+            r[0], r[1]
+        );
     }
-    let rows = db.query("SELECT Id, Payload FROM Acks ORDER BY Id", &[]).expect("payloads");
+    let rows = db
+        .query("SELECT Id, Payload FROM Acks ORDER BY Id", &[])
+        .expect("payloads");
     for row in rows.rows().expect("rows") {
         let id: i64 = row.get(0).unwrap();
         let p: String = row.get(1).unwrap();
@@ -254,12 +289,18 @@ fn check(db: &Database, acked: &[i64], maybe: Option<i64>) -> Vec<i64> {
 }
 
 fn pseudo_random(lo: usize, hi: usize) -> usize {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() as usize;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as usize;
     lo + nanos % (hi - lo + 1)
 }
 
 fn parent() {
-    let tmp = tempfile::Builder::new().prefix("spindle-crash-").tempdir().expect("temp dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("spindle-crash-")
+        .tempdir()
+        .expect("temp dir");
     let dir = tmp.path().join("db");
 
     // Run 1: killed in the middle of its commit loop.
@@ -285,10 +326,14 @@ fn parent() {
         // payload (checked in `check`), the deleted row and its items are there.
         let ids = check(&db, &acked, None);
         assert!(!ids.contains(&-1), "uncommitted insert survived");
-        assert!(ids.contains(&(start2 + 1)), "uncommitted delete was applied");
+        assert!(
+            ids.contains(&(start2 + 1)),
+            "uncommitted delete was applied"
+        );
 
         // The reopened database takes new writes.
-        db.transaction(|tx| write_commit(tx, 1_000_000)).expect("write after recovery");
+        db.transaction(|tx| write_commit(tx, 1_000_000))
+            .expect("write after recovery");
         acked.push(1_000_000);
         check(&db, &acked, None);
     }

@@ -24,6 +24,7 @@
 //! * `SPINDLE_SLT_SQLITE=dir` — another corpus location; `SPINDLE_SLT_SQLITE=off`
 //!   skips the corpus.
 //! * `SPINDLE_SLT_DISK=1` — also run every own file on the on-disk backend.
+//! * `SPINDLE_SLT_DIR=dir` — another directory of own `.slt` files.
 
 #[path = "slt/backend.rs"]
 mod backend;
@@ -44,7 +45,10 @@ use run::{FileSpec, Mode};
 
 fn env_secs(name: &str, default: u64) -> Duration {
     Duration::from_secs(
-        env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default),
+        env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default),
     )
 }
 
@@ -53,7 +57,9 @@ fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.is_dir() {
@@ -68,7 +74,10 @@ fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
 }
 
 fn relative(path: &Path, base: &Path) -> String {
-    path.strip_prefix(base).unwrap_or(path).to_string_lossy().replace('\\', "/")
+    path.strip_prefix(base)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .replace('\\', "/")
 }
 
 fn uses_restart(path: &Path) -> bool {
@@ -80,8 +89,12 @@ fn uses_restart(path: &Path) -> bool {
 fn main() {
     let args = Arguments::from_args();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let own_dir = manifest.join("../../sql-tests");
-    let filter = env::var("SPINDLE_SLT_FILTER").ok().filter(|f| !f.is_empty());
+    let own_dir = env::var_os("SPINDLE_SLT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("../../sql-tests"));
+    let filter = env::var("SPINDLE_SLT_FILTER")
+        .ok()
+        .filter(|f| !f.is_empty());
     let budget = env_secs("SPINDLE_SLT_BUDGET_SECS", 45);
     let timeout = env_secs("SPINDLE_SLT_TIMEOUT_SECS", 300);
     let report_timeout = budget + Duration::from_secs(60);
@@ -102,13 +115,26 @@ fn main() {
         if corpus.is_dir() {
             for path in files_with_ext(&corpus, "test") {
                 let rel = relative(&path, &corpus);
-                let strict = matches!(rel.as_str(), "select1.test" | "select2.test" | "select3.test");
+                let strict = matches!(
+                    rel.as_str(),
+                    "select1.test" | "select2.test" | "select3.test"
+                );
                 let (display, mode, hard_timeout) = if strict {
                     (format!("sqlite/{rel}"), Mode::SqliteStrict, timeout)
                 } else {
-                    (format!("sqlite-report/{rel}"), Mode::SqliteReport { budget }, report_timeout)
+                    (
+                        format!("sqlite-report/{rel}"),
+                        Mode::SqliteReport { budget },
+                        report_timeout,
+                    )
                 };
-                specs.push(FileSpec { path, display, mode, backend: memory.clone(), hard_timeout });
+                specs.push(FileSpec {
+                    path,
+                    display,
+                    mode,
+                    backend: memory.clone(),
+                    hard_timeout,
+                });
             }
             // Longest first, so that two test threads finish together.
             specs.sort_by_key(|s| {
@@ -126,6 +152,7 @@ fn main() {
         let display = format!("sql-tests/{}", relative(&path, &own_dir));
         let mut backends = Vec::new();
         if uses_restart(&path) {
+            assert!(disk.persistent());
             backends.push(disk.clone());
         } else {
             backends.push(memory.clone());

@@ -24,7 +24,10 @@ pub struct SqlError {
 
 impl SqlError {
     pub fn harness(message: impl Into<String>) -> Self {
-        SqlError { message: message.into(), sqlstate: None }
+        SqlError {
+            message: message.into(),
+            sqlstate: None,
+        }
     }
 }
 
@@ -41,14 +44,20 @@ impl std::error::Error for SqlError {}
 
 impl From<spindle::Error> for SqlError {
     fn from(e: spindle::Error) -> Self {
-        SqlError { message: e.to_string(), sqlstate: Some(e.sqlstate().to_string()) }
+        SqlError {
+            message: e.to_string(),
+            sqlstate: Some(e.sqlstate().to_string()),
+        }
     }
 }
 
 /// What one SQL text produced (the last statement's output when the text
 /// holds several).
 pub enum Outcome {
-    Rows { columns: usize, rows: Vec<Vec<Value>> },
+    Rows {
+        columns: usize,
+        rows: Vec<Vec<Value>>,
+    },
     Count(u64),
 }
 
@@ -146,12 +155,17 @@ impl Instance for EmbeddedInstance {
         let mut st = self.0.state.lock().unwrap();
         let id = st.next_id;
         st.next_id += 1;
-        Ok(Box::new(EmbeddedConnection { shared: self.0.clone(), id }))
+        Ok(Box::new(EmbeddedConnection {
+            shared: self.0.clone(),
+            id,
+        }))
     }
 
     fn restart(&self) -> Result<(), SqlError> {
         let Some(path) = &self.0.path else {
-            return Err(SqlError::harness("RESTART DATABASE needs a persistent backend"));
+            return Err(SqlError::harness(
+                "RESTART DATABASE needs a persistent backend",
+            ));
         };
         let mut st = self.0.state.lock().unwrap();
         st.idle.clear();
@@ -174,7 +188,10 @@ impl EmbeddedConnection {
         match st.idle.remove(&self.id) {
             Some((g, s)) if g == generation => Ok((g, s)),
             _ => {
-                let db = st.db.as_ref().ok_or_else(|| SqlError::harness("database is closed"))?;
+                let db = st
+                    .db
+                    .as_ref()
+                    .ok_or_else(|| SqlError::harness("database is closed"))?;
                 Ok((generation, db.session()))
             }
         }

@@ -19,8 +19,10 @@
 use spindle::Value;
 
 /// Formatting options. `sqlite` reproduces the original sqllogictest
-/// runner's quirks: an `R` column prints integers as floats, and characters
-/// outside printable ASCII print as `@`.
+/// runner's quirks (it formats by the type letters of the `query` line): an
+/// `R` column prints integers as floats, an `I` column prints booleans as
+/// `1`/`0` (SQLite has no boolean type), and characters outside printable
+/// ASCII print as `@`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Style {
     pub sqlite: bool,
@@ -29,6 +31,11 @@ pub struct Style {
 /// Formats one value; `hint` is the column's type letter from the `query`
 /// line (`I`, `R`, `T`), when known.
 pub fn format_value(v: &Value, hint: Option<char>, style: Style) -> String {
+    if style.sqlite && hint == Some('I') {
+        if let Value::Bool(b) = v {
+            return (if *b { "1" } else { "0" }).to_string();
+        }
+    }
     if style.sqlite && hint == Some('R') {
         match v {
             Value::Int64(i) => return format_float(*i as f64),
@@ -142,7 +149,10 @@ pub fn self_check() {
         assert_eq!(format_date(19_782), "2024-02-29");
         assert_eq!(format_date(-1), "1969-12-31");
         assert_eq!(format_timestamp(0), "1970-01-01 00:00:00+00");
-        assert_eq!(format_timestamp(1_704_164_645_500_000), "2024-01-02 03:04:05.5+00");
+        assert_eq!(
+            format_timestamp(1_704_164_645_500_000),
+            "2024-01-02 03:04:05.5+00"
+        );
         assert_eq!(format_timestamp(-1), "1969-12-31 23:59:59.999999+00");
         assert_eq!(format_numeric(12_500_000_000), "12.5");
         assert_eq!(format_numeric(-1), "-0.000000001");

@@ -21,7 +21,10 @@ use crate::format::{format_value, Style};
 pub const RESTART: &str = "RESTART DATABASE";
 
 pub fn is_restart(sql: &str) -> bool {
-    sql.trim().trim_end_matches(';').trim().eq_ignore_ascii_case(RESTART)
+    sql.trim()
+        .trim_end_matches(';')
+        .trim()
+        .eq_ignore_ascii_case(RESTART)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -226,9 +229,7 @@ pub fn preprocess_sqlite(text: &str, engine: &str) -> String {
             continue;
         }
         if j < lines.len() && lines[j].trim() == "halt" {
-            let selected = conds
-                .iter()
-                .all(|(only, label)| (label == engine) == *only);
+            let selected = conds.iter().all(|(only, label)| (label == engine) == *only);
             if selected {
                 out.push_str("halt\n");
             }
@@ -252,12 +253,21 @@ fn run_file(spec: &FileSpec, tally: &Mutex<Tally>) -> Result<(), String> {
     let start = Instant::now();
     let text = std::fs::read_to_string(&spec.path)
         .map_err(|e| format!("cannot read {}: {e}", spec.path.display()))?;
-    let style = Style { sqlite: spec.mode.is_sqlite() };
-    let text = if style.sqlite { preprocess_sqlite(&text, SQLITE_ENGINE_LABEL) } else { text };
+    let style = Style {
+        sqlite: spec.mode.is_sqlite(),
+    };
+    let text = if style.sqlite {
+        preprocess_sqlite(&text, SQLITE_ENGINE_LABEL)
+    } else {
+        text
+    };
     let records = sqllogictest::parse_with_name::<DefaultColumnType>(&text, spec.display.as_str())
         .map_err(|e| format!("parse error: {e}"))?;
 
-    let instance = spec.backend.fresh().map_err(|e| format!("cannot open a database: {e}"))?;
+    let instance = spec
+        .backend
+        .fresh()
+        .map_err(|e| format!("cannot open a database: {e}"))?;
     let hints: Arc<Mutex<Option<Vec<char>>>> = Arc::new(Mutex::new(None));
     let make_conn = {
         let instance = instance.clone();
@@ -305,7 +315,10 @@ fn run_file(spec: &FileSpec, tally: &Mutex<Tally>) -> Result<(), String> {
                 tally.lock().unwrap().stopped = Some(format!("halt at {loc}"));
                 break;
             }
-            Record::Query { expected: QueryExpect::Results { types, .. }, .. } => {
+            Record::Query {
+                expected: QueryExpect::Results { types, .. },
+                ..
+            } => {
                 *hints.lock().unwrap() = Some(types.iter().map(|t| t.to_char()).collect());
             }
             Record::Query { .. } => *hints.lock().unwrap() = None,
@@ -417,14 +430,20 @@ pub fn run_trial(spec: FileSpec) -> Result<(), Failed> {
             let line = format!("{display}: {}", t.summary());
             println!("report {line}");
             for f in t.failures.iter().take(3) {
-                println!("  first failures of {display}: {}", f.trim().replace('\n', "\n    "));
+                println!(
+                    "  first failures of {display}: {}",
+                    f.trim().replace('\n', "\n    ")
+                );
             }
             REPORTS.lock().unwrap().push(line);
             Ok(())
         }
         Mode::SqliteStrict | Mode::Own => {
             if mode == Mode::SqliteStrict {
-                REPORTS.lock().unwrap().push(format!("{display}: {}", t.summary()));
+                REPORTS
+                    .lock()
+                    .unwrap()
+                    .push(format!("{display}: {}", t.summary()));
             }
             if t.failed() == 0 && t.stopped.as_deref().is_none_or(|s| s.starts_with("halt")) {
                 return Ok(());
