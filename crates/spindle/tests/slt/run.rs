@@ -70,6 +70,8 @@ pub struct Tally {
     pub other_failed: u64,
     /// The first failures, rendered.
     pub failures: Vec<String>,
+    /// Failures counted by the first line of their message.
+    pub kinds: std::collections::BTreeMap<String, u64>,
     /// Why the file stopped before its end, if it did.
     pub stopped: Option<String>,
     pub elapsed: Duration,
@@ -85,6 +87,17 @@ impl Tally {
         self.statements_passed + self.queries_passed
     }
     fn record_failure(&mut self, rendered: String) {
+        let mut kind: String = rendered
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(140)
+            .collect();
+        if let Some(i) = kind.find(" (SQLSTATE") {
+            kind.truncate(i);
+        }
+        *self.kinds.entry(kind).or_default() += 1;
         if self.failures.len() < MAX_RENDERED_FAILURES {
             self.failures.push(rendered);
         }
@@ -110,6 +123,16 @@ impl Tally {
         }
         s.push_str(&format!(" in {:.1}s", self.elapsed.as_secs_f64()));
         s
+    }
+    /// The most frequent kinds of failure, one per line.
+    pub fn top_kinds(&self, n: usize) -> String {
+        let mut kinds: Vec<(&String, &u64)> = self.kinds.iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        kinds
+            .iter()
+            .take(n)
+            .map(|(k, c)| format!("    {c:>5} x {k}\n"))
+            .collect()
     }
 }
 
@@ -428,13 +451,7 @@ pub fn run_trial(spec: FileSpec) -> Result<(), Failed> {
     match mode {
         Mode::SqliteReport { .. } => {
             let line = format!("{display}: {}", t.summary());
-            println!("report {line}");
-            for f in t.failures.iter().take(3) {
-                println!(
-                    "  first failures of {display}: {}",
-                    f.trim().replace('\n', "\n    ")
-                );
-            }
+            println!("report {line}\n{}", t.top_kinds(5));
             REPORTS.lock().unwrap().push(line);
             Ok(())
         }
@@ -448,7 +465,7 @@ pub fn run_trial(spec: FileSpec) -> Result<(), Failed> {
             if t.failed() == 0 && t.stopped.as_deref().is_none_or(|s| s.starts_with("halt")) {
                 return Ok(());
             }
-            let mut msg = format!("{display}: {}\n", t.summary());
+            let mut msg = format!("{display}: {}\n{}", t.summary(), t.top_kinds(10));
             for (i, f) in t.failures.iter().enumerate() {
                 msg.push_str(&format!("\n--- failure {} ---\n{}\n", i + 1, f.trim_end()));
             }
