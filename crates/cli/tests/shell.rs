@@ -238,3 +238,80 @@ fn cannot_open_database_is_fatal() {
     assert_eq!(out.status.code(), Some(2), "stderr:\n{}", stderr(&out));
     assert!(stderr(&out).contains("cannot open"), "{}", stderr(&out));
 }
+
+#[test]
+fn backslash_commands_list_and_describe_tables() {
+    let script = "\
+CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (SingerId);
+CREATE TABLE Albums (SingerId INT64 NOT NULL, AlbumId INT64 NOT NULL, Title STRING(100))
+  PRIMARY KEY (SingerId, AlbumId), INTERLEAVE IN PARENT Singers ON DELETE CASCADE;
+\\dt
+\\d Albums
+\\d nosuch
+";
+    let out = spindle(&["shell", "--in-memory"], script);
+    let (so, se) = (stdout(&out), stderr(&out));
+    // The unknown table in `\d` is the one failure.
+    assert_eq!(out.status.code(), Some(1), "stdout:\n{so}\nstderr:\n{se}");
+    assert!(
+        se.contains("Did not find any relation named \"nosuch\""),
+        "{se}"
+    );
+
+    let lines: Vec<&str> = so.lines().collect();
+    let dt = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("table_name"))
+        .unwrap_or_else(|| panic!("no \\dt output:\n{so}"));
+    assert!(lines[dt].contains("parent_table_name"), "{so}");
+    let albums = lines[dt + 2].to_lowercase();
+    assert!(
+        albums.starts_with(" albums ")
+            && albums.contains("| singers ")
+            && albums.contains("cascade"),
+        "{so}"
+    );
+    assert!(
+        lines[dt + 3].to_lowercase().starts_with(" singers "),
+        "{so}"
+    );
+    assert_eq!(lines[dt + 4], "(2 rows)", "{so}");
+
+    let d = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("column_name"))
+        .unwrap_or_else(|| panic!("no \\d output:\n{so}"));
+    assert!(
+        lines[d + 2].to_lowercase().starts_with(" singerid "),
+        "{so}"
+    );
+    assert!(lines[d + 4].contains("STRING(100)"), "{so}");
+    assert_eq!(lines[d + 5], "(3 rows)", "{so}");
+}
+
+#[test]
+fn values_print_like_postgres() {
+    let out = spindle(
+        &[
+            "shell",
+            "--in-memory",
+            "-c",
+            "SELECT 1.5::double precision AS f, 1e100 AS big, true AS b, NULL AS n, \
+             DATE '2024-01-02' AS d, TIMESTAMP '2024-01-02 03:04:05.25' AS ts, \
+             x'00ff' AS by, 'x\ny' AS s",
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
+    let expected = [
+        "  f  |  big   | b | n |     d      |            ts             |   by   | s",
+        "-----+--------+---+---+------------+---------------------------+--------+---",
+        " 1.5 | 1e+100 | t |   | 2024-01-02 | 2024-01-02 03:04:05.25+00 | \\x00ff | x+",
+        "     |        |   |   |            |                           |        | y",
+        "(1 row)",
+        "",
+        "",
+    ]
+    .join("\n");
+    assert_eq!(stdout(&out), expected);
+}
