@@ -23,6 +23,7 @@ pub mod info_schema;
 pub mod parser;
 pub mod provider;
 pub mod session;
+pub mod subquery;
 pub mod types;
 
 pub use error::{Error, Result};

@@ -25,7 +25,7 @@ use datafusion::catalog::{
     CatalogProvider, MemoryCatalogProvider, MemoryCatalogProviderList, SchemaProvider,
 };
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
-use datafusion::prelude::{DataFrame, SessionConfig};
+use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast;
 use spindle_catalog::Catalog;
@@ -269,15 +269,55 @@ impl StatementContext {
 
 pub(crate) async fn run_plan(
     state: SessionState,
-    stmt: ast::Statement,
+    mut stmt: ast::Statement,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    if let ast::Statement::Query(q) = &mut stmt {
+        unique_output_names(&mut q.body);
+    }
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
         .await?;
-    let df = DataFrame::new(state, plan);
-    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-    let batches = df.collect().await?;
+    let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+    let optimized = state.optimize(&plan)?;
+    let optimized = crate::subquery::rewrite(optimized, &state)?;
+    let physical = state
+        .query_planner()
+        .create_physical_plan(&optimized, &state)
+        .await?;
+    let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
     Ok((schema, batches))
+}
+
+/// PostgreSQL allows two output columns with the same name (`SELECT a+1,
+/// a+1`); DataFusion does not. Unnamed select items that would repeat an
+/// earlier one's name get a distinct alias.
+fn unique_output_names(body: &mut ast::SetExpr) {
+    match body {
+        ast::SetExpr::Select(select) => {
+            let mut seen = std::collections::HashSet::new();
+            for (i, item) in select.projection.iter_mut().enumerate() {
+                if let ast::SelectItem::UnnamedExpr(expr) = item {
+                    let key = match &*expr {
+                        ast::Expr::Subquery(_) => "(<subquery>)".to_string(),
+                        e => e.to_string(),
+                    };
+                    if !seen.insert(key) {
+                        let alias = ast::Ident::with_quote('"', format!("?column?{}", i + 1));
+                        *item = ast::SelectItem::ExprWithAlias {
+                            expr: expr.clone(),
+                            alias,
+                        };
+                    }
+                }
+            }
+        }
+        ast::SetExpr::SetOperation { left, right, .. } => {
+            unique_output_names(left);
+            unique_output_names(right);
+        }
+        ast::SetExpr::Query(q) => unique_output_names(&mut q.body),
+        _ => {}
+    }
 }
 
 /// A connection: at most one open transaction, PostgreSQL's rules for
