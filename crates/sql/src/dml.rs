@@ -542,11 +542,12 @@ async fn eval_do_update(
     };
     let mut items: Vec<String> = assignments
         .iter()
-        .map(|a| format!("({})", qualify(&a.value)))
+        .enumerate()
+        .map(|(i, a)| format!("({}) AS \"?set{i}\"", qualify(&a.value)))
         .collect();
     items.push(
         selection
-            .map(|s| format!("({})", qualify(s)))
+            .map(|s| format!("({}) AS \"?where\"", qualify(s)))
             .unwrap_or_else(|| "true".into()),
     );
     let sql = format!(
@@ -633,7 +634,13 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
         .iter()
         .map(|c| format!("{}.{}", quote_ident(&q), quote_ident(&c.name)))
         .collect();
-    items.extend(u.assignments.iter().map(|a| format!("({})", a.value)));
+    // Aliases keep output names unique (`SET a = b, b = a`).
+    items.extend(
+        u.assignments
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("({}) AS \"?set{i}\"", a.value)),
+    );
     let mut from = u.table.to_string();
     if let Some(
         ast::UpdateTableFromKind::AfterSet(extra) | ast::UpdateTableFromKind::BeforeSet(extra),

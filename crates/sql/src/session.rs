@@ -274,6 +274,7 @@ pub(crate) async fn run_plan(
     if let ast::Statement::Query(q) = &mut stmt {
         unique_output_names(&mut q.body);
     }
+    spindle_numeric_casts(&mut stmt);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
         .await?;
@@ -286,6 +287,23 @@ pub(crate) async fn run_plan(
         .await?;
     let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
     Ok((schema, batches))
+}
+
+/// `NUMERIC` without precision means Spindle's NUMERIC, DECIMAL(38, 9)
+/// (DataFusion would pick a scale of 10, which cannot hold 29 integer
+/// digits).
+fn spindle_numeric_casts(stmt: &mut ast::Statement) {
+    use ast::{DataType as T, ExactNumberInfo as E};
+    let _ = ast::visit_expressions_mut(stmt, |e| {
+        if let ast::Expr::Cast {
+            data_type: dt @ (T::Numeric(E::None) | T::Decimal(E::None) | T::Dec(E::None)),
+            ..
+        } = e
+        {
+            *dt = T::Decimal(E::PrecisionAndScale(38, 9));
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
 }
 
 /// PostgreSQL allows two output columns with the same name (`SELECT a+1,

@@ -159,7 +159,11 @@ pub fn build_array(t: &DataType, values: &[&Value]) -> Result<ArrayRef> {
 /// Converts one element of any Arrow array into a [`Value`]. Types with no
 /// Spindle counterpart are rendered as text.
 pub fn array_value(array: &dyn Array, row: usize) -> Result<Value> {
-    if array.is_null(row) {
+    // `logical_nulls` also covers arrays without a validity buffer whose
+    // values are all NULL (NullArray, e.g. a bare `NULL` literal).
+    if array.data_type() == &ArrowType::Null
+        || array.logical_nulls().is_some_and(|n| n.is_null(row))
+    {
         return Ok(Value::Null);
     }
     macro_rules! prim {
