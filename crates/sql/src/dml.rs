@@ -114,7 +114,7 @@ enum OnConflict {
     Replace,
     DoUpdate {
         assignments: Vec<ast::Assignment>,
-        selection: Option<ast::Expr>,
+        selection: Option<Box<ast::Expr>>,
     },
 }
 
@@ -173,7 +173,7 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
                     }
                     OnConflict::DoUpdate {
                         assignments: du.assignments.clone(),
-                        selection: du.selection.clone(),
+                        selection: du.selection.clone().map(Box::new),
                     }
                 }
             };
@@ -469,9 +469,15 @@ async fn write_inserted_row(
             selection,
         } => {
             let current = stored_row(table, &kv, &existing)?;
-            let Some(updated) =
-                eval_do_update(ctx, table, &current, &full, assignments, selection.as_ref())
-                    .await?
+            let Some(updated) = eval_do_update(
+                ctx,
+                table,
+                &current,
+                &full,
+                assignments,
+                selection.as_deref(),
+            )
+            .await?
             else {
                 return Ok(false);
             };

@@ -152,8 +152,6 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
                 || msg.contains("No function matches")
             {
                 "42883"
-            } else if msg.contains("Invalid function") {
-                "42883"
             } else {
                 "42601"
             }

@@ -29,6 +29,9 @@ use spindle_keys::{DataType, Direction};
 
 use crate::error::{Error, Result};
 
+/// How deep expressions may nest before parsing fails with an error.
+const PARSER_RECURSION_LIMIT: usize = 200;
+
 /// A parsed statement.
 #[derive(Debug, Clone)]
 pub enum Statement {
@@ -96,7 +99,12 @@ fn syntax(e: ParserError) -> Error {
 /// Parses every statement of `sql`.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
     let dialect = PostgreSqlDialect {};
-    let mut parser = Parser::new(&dialect).try_with_sql(sql).map_err(syntax)?;
+    // Deeply nested expressions (long chains of parenthesized ORs in
+    // generated SQL) need more than sqlparser's default depth of 50.
+    let mut parser = Parser::new(&dialect)
+        .with_recursion_limit(PARSER_RECURSION_LIMIT)
+        .try_with_sql(sql)
+        .map_err(syntax)?;
     let mut out = Vec::new();
     loop {
         while parser.consume_token(&Token::SemiColon) {}

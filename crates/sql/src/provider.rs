@@ -518,7 +518,7 @@ impl PartitionStream for ScanStream {
                     break;
                 }
             }
-            if rows.len() > 0 {
+            if !rows.is_empty() {
                 let batch = rows.finish(&schema)?;
                 let _ = tx.blocking_send(Ok(batch));
             }
@@ -563,6 +563,10 @@ impl<'a> RowDecoder<'a> {
             columns: vec![Vec::new(); request.columns.len()],
             zero_width_rows: 0,
         }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn len(&self) -> usize {
@@ -628,5 +632,129 @@ impl<'a> RowDecoder<'a> {
             )?);
         }
         Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::logical_expr::{col, lit};
+    use spindle_catalog::{ColumnDef, Interleave, InterleaveKind, KeyColumn, OnDelete, TableDef};
+    use spindle_keys::DataType;
+
+    fn catalog() -> Catalog {
+        let mut c = Catalog::new();
+        let col_def = |n: &str| ColumnDef {
+            name: n.into(),
+            data_type: DataType::Int64,
+            nullable: false,
+            default: None,
+        };
+        let key = |names: &[&str], desc_last: bool| -> Vec<KeyColumn> {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| KeyColumn {
+                    name: n.to_string(),
+                    direction: if desc_last && i == names.len() - 1 {
+                        Direction::Desc
+                    } else {
+                        Direction::Asc
+                    },
+                })
+                .collect()
+        };
+        c.create_table(TableDef {
+            name: "p".into(),
+            columns: vec![col_def("a")],
+            primary_key: key(&["a"], false),
+            interleave: None,
+        })
+        .unwrap();
+        c.create_table(TableDef {
+            name: "c".into(),
+            columns: vec![col_def("a"), col_def("b"), col_def("v")],
+            primary_key: key(&["a", "b"], true),
+            interleave: Some(Interleave {
+                parent: "p".into(),
+                kind: InterleaveKind::InParent,
+                on_delete: OnDelete::Cascade,
+            }),
+        })
+        .unwrap();
+        c
+    }
+
+    fn table(c: &Catalog, name: &str) -> SpindleTable {
+        let mgr = TxnManager::new(spindle_storage::Store::open_temporary().unwrap()).unwrap();
+        let txn = Arc::new(Mutex::new(mgr.begin().unwrap()));
+        SpindleTable::new(c, c.table(name).unwrap(), txn, false).unwrap()
+    }
+
+    fn key(c: &Catalog, t: &str, vals: &[i64]) -> Vec<u8> {
+        c.encode_key(
+            t,
+            &vals.iter().map(|v| Value::Int64(*v)).collect::<Vec<_>>(),
+        )
+        .unwrap()
+    }
+
+    fn contains(ranges: &[KeyRange], k: &[u8]) -> bool {
+        ranges
+            .iter()
+            .any(|r| k >= r.start.as_slice() && r.end.as_ref().is_none_or(|e| k < e.as_slice()))
+    }
+
+    #[test]
+    fn equality_on_the_key_prefix_is_exact_and_narrow() {
+        let c = catalog();
+        let t = table(&c, "c");
+        let f1 = col("a").eq(lit(5i64));
+        let f2 = col("v").gt(lit(1i64));
+        let plan = t.plan_ranges(&[&f1, &f2]).unwrap();
+        assert_eq!(plan.exact, vec![true, false]);
+        assert_eq!(plan.ranges.len(), 1);
+        assert!(contains(&plan.ranges, &key(&c, "c", &[5, 1])));
+        assert!(!contains(&plan.ranges, &key(&c, "c", &[6, 1])));
+        // The parent row itself is outside a child-table range.
+        assert!(!contains(&plan.ranges, &key(&c, "p", &[5])));
+    }
+
+    #[test]
+    fn in_lists_become_sorted_points_and_desc_ranges_flip() {
+        let c = catalog();
+        let t = table(&c, "c");
+        let f1 = col("a").in_list(vec![lit(9i64), lit(2i64), lit(2i64)], false);
+        let f2 = col("b").gt_eq(lit(10i64));
+        let f3 = col("b").lt(lit(20i64));
+        let plan = t.plan_ranges(&[&f1, &f2, &f3]).unwrap();
+        assert_eq!(plan.exact, vec![true, true, true]);
+        assert_eq!(plan.ranges.len(), 2);
+        assert!(plan.ranges[0] < plan.ranges[1]);
+        for a in [2, 9] {
+            assert!(contains(&plan.ranges, &key(&c, "c", &[a, 10])));
+            assert!(contains(&plan.ranges, &key(&c, "c", &[a, 19])));
+            assert!(!contains(&plan.ranges, &key(&c, "c", &[a, 20])));
+            assert!(!contains(&plan.ranges, &key(&c, "c", &[a, 9])));
+        }
+        assert!(!contains(&plan.ranges, &key(&c, "c", &[3, 15])));
+    }
+
+    #[test]
+    fn one_sided_ranges_exclude_nulls_and_other_filters_stay_inexact() {
+        let c = catalog();
+        let t = table(&c, "p");
+        let f = col("a").lt(lit(3i64));
+        let plan = t.plan_ranges(&[&f]).unwrap();
+        assert_eq!(plan.exact, vec![true]);
+        let null_key = c.encode_key("p", &[Value::Null]).unwrap();
+        assert!(!contains(&plan.ranges, &null_key));
+        assert!(contains(&plan.ranges, &key(&c, "p", &[-100])));
+        assert!(!contains(&plan.ranges, &key(&c, "p", &[3])));
+        // A filter on a non-key column or a non-literal is not pushed.
+        let g = col("a").eq(col("a"));
+        let plan = t.plan_ranges(&[&g]).unwrap();
+        assert_eq!(plan.exact, vec![false]);
+        assert_eq!(plan.ranges.len(), 1);
     }
 }

@@ -143,11 +143,11 @@ impl Store {
     pub fn get(&self, key: &[u8], ts: Timestamp) -> Result<Option<Vec<u8>>> {
         let start = physical_key(key, ts);
         let end = physical_key(key, 0);
-        for item in self.db.range(start..=end) {
-            let (_, v) = item?;
-            return decode_version(&v);
+        // The first version at or below `ts` is the visible one.
+        match self.db.range(start..=end).next() {
+            Some(item) => decode_version(&item?.1),
+            None => Ok(None),
         }
-        Ok(None)
     }
 
     /// Iterates the live keys in `[start, end)` as of `ts`, in key order.

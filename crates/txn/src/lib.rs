@@ -288,10 +288,13 @@ impl Snapshot {
     }
 }
 
+/// A buffered write: `None` deletes the key.
+type BufferedWrite = (Vec<u8>, Option<Vec<u8>>);
+
 /// Merges the store's snapshot with the transaction's buffered writes.
 pub struct TxnScan {
     store: std::iter::Peekable<spindle_storage::ScanIter>,
-    overlay: std::iter::Peekable<std::vec::IntoIter<(Vec<u8>, Option<Vec<u8>>)>>,
+    overlay: std::iter::Peekable<std::vec::IntoIter<BufferedWrite>>,
 }
 
 impl Iterator for TxnScan {
