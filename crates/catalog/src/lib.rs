@@ -8,8 +8,9 @@
 //!
 //! ## Invariants (enforced by [`Catalog::create_table`] and friends)
 //!
-//! * Names are unique case-insensitively; the SQL layer folds unquoted
-//!   identifiers to lower case before they get here.
+//! * Names are unique and compared exactly; the SQL layer folds unquoted
+//!   identifiers to lower case before they get here (PostgreSQL's rule),
+//!   so `"Mixed"` and `mixed` are different tables.
 //! * A table has 1 to [`MAX_KEY_COLUMNS`] key columns (a table declared
 //!   without a primary key gets the hidden key column [`HIDDEN_KEY`]).
 //! * A table interleaved in a parent has a primary key that begins with the
@@ -117,15 +118,11 @@ pub struct Table {
 
 impl Table {
     pub fn column(&self, name: &str) -> Option<&Column> {
-        self.columns
-            .iter()
-            .find(|c| c.name.eq_ignore_ascii_case(name))
+        self.columns.iter().find(|c| c.name == name)
     }
 
     pub fn column_index(&self, name: &str) -> Option<usize> {
-        self.columns
-            .iter()
-            .position(|c| c.name.eq_ignore_ascii_case(name))
+        self.columns.iter().position(|c| c.name == name)
     }
 
     /// Index in `columns` of each key column, in key order.
@@ -137,9 +134,7 @@ impl Table {
     }
 
     pub fn is_key_column(&self, name: &str) -> bool {
-        self.primary_key
-            .iter()
-            .any(|k| k.name.eq_ignore_ascii_case(name))
+        self.primary_key.iter().any(|k| k.name == name)
     }
 
     pub fn has_hidden_key(&self) -> bool {
@@ -178,8 +173,10 @@ pub struct Catalog {
     next_table_id: u32,
 }
 
+/// Catalog keys are names exactly as the SQL layer resolved them (it folds
+/// unquoted identifiers to lower case; quoted ones keep their case).
 fn fold(name: &str) -> String {
-    name.to_ascii_lowercase()
+    name.to_string()
 }
 
 impl Catalog {
@@ -220,10 +217,7 @@ impl Catalog {
     pub fn children(&self, name: &str) -> Vec<&Table> {
         self.tables
             .values()
-            .filter(|t| {
-                t.parent_name()
-                    .is_some_and(|p| p.eq_ignore_ascii_case(name))
-            })
+            .filter(|t| t.parent_name().is_some_and(|p| p == name))
             .collect()
     }
 
@@ -322,13 +316,13 @@ impl Catalog {
         let mut columns: Vec<Column> = Vec::new();
         let mut next_column_id = 1;
         for c in &def.columns {
-            if columns.iter().any(|x| x.name.eq_ignore_ascii_case(&c.name)) {
+            if columns.iter().any(|x| x.name == c.name) {
                 return Err(Error::InvalidDefinition(format!(
                     "column \"{}\" specified more than once",
                     c.name
                 )));
             }
-            if c.name.eq_ignore_ascii_case(HIDDEN_KEY) {
+            if c.name == HIDDEN_KEY {
                 return Err(Error::InvalidDefinition(format!(
                     "column name \"{HIDDEN_KEY}\" is reserved"
                 )));
@@ -380,7 +374,7 @@ impl Catalog {
             }
             let col = columns
                 .iter_mut()
-                .find(|c| c.name.eq_ignore_ascii_case(&k.name))
+                .find(|c| c.name == k.name)
                 .ok_or_else(|| Error::NoSuchColumn(k.name.clone(), name.clone()))?;
             if !col.data_type.is_key_type() {
                 return Err(Error::InvalidDefinition(format!(
@@ -413,10 +407,8 @@ impl Catalog {
             }
             for (pk, ck) in parent.primary_key.iter().zip(&primary_key) {
                 let pcol = parent.column(&pk.name);
-                let ccol = columns
-                    .iter()
-                    .find(|c| c.name.eq_ignore_ascii_case(&ck.name));
-                let same = pk.name.eq_ignore_ascii_case(&ck.name)
+                let ccol = columns.iter().find(|c| c.name == ck.name);
+                let same = pk.name == ck.name
                     && pk.direction == ck.direction
                     && pcol.map(|c| &c.data_type) == ccol.map(|c| &c.data_type);
                 if !same {
@@ -464,7 +456,7 @@ impl Catalog {
             .tables
             .get_mut(&fold(table))
             .ok_or_else(|| Error::NoSuchTable(table.to_string()))?;
-        if t.column(&def.name).is_some() || def.name.eq_ignore_ascii_case(HIDDEN_KEY) {
+        if t.column(&def.name).is_some() || def.name == HIDDEN_KEY {
             return Err(Error::ColumnExists(def.name, t.name.clone()));
         }
         let id = t.next_column_id;
@@ -506,11 +498,8 @@ impl Catalog {
 }
 
 fn primary_key_dup(keys: &[KeyColumn], i: usize) -> bool {
-    keys.get(i).is_some_and(|k| {
-        keys[..i]
-            .iter()
-            .any(|o| o.name.eq_ignore_ascii_case(&k.name))
-    })
+    keys.get(i)
+        .is_some_and(|k| keys[..i].iter().any(|o| o.name == k.name))
 }
 
 /// Errors while encoding a key through the catalog.
@@ -563,7 +552,7 @@ mod tests {
             ],
             primary_key: key(&["singerid", "albumid"]),
             interleave: Some(Interleave {
-                parent: "Singers".into(),
+                parent: "singers".into(),
                 kind: InterleaveKind::InParent,
                 on_delete: OnDelete::Cascade,
             }),
@@ -677,7 +666,8 @@ mod tests {
             interleave: None,
         })
         .unwrap();
-        let t = c.table("T").unwrap();
+        let t = c.table("t").unwrap();
+        assert!(c.table("T").is_none());
         assert!(t.has_hidden_key());
         assert_eq!(t.primary_key[0].name, HIDDEN_KEY);
         let back = Catalog::from_bytes(&c.to_bytes()).unwrap();

@@ -10,8 +10,9 @@
 //! Payloads: INT64/TIMESTAMP 8 bytes LE, FLOAT64 8 bytes LE bits, BOOL 1
 //! byte, DATE 4 bytes LE, NUMERIC 16 bytes LE, STRING/BYTES/JSON a varint
 //! length then the bytes. A column absent from the row is NULL. Columns are
-//! identified by their stable column id, not their position, so ADD COLUMN
-//! and DROP COLUMN never rewrite existing rows.
+//! identified by their stable column id, not their position, so DROP
+//! COLUMN and ADD COLUMN without a default never rewrite existing rows
+//! (ADD COLUMN with a default writes it into each existing row).
 
 use crate::value::Value;
 use crate::Error;

@@ -57,7 +57,11 @@ fn datafusion_message(e: &DataFusionError) -> String {
     // DataFusion wraps errors in context layers; show the innermost cause
     // without its "Error during planning:" style prefixes where possible.
     let inner = e.find_root();
-    let s = inner.to_string();
+    let mut s = inner.to_string();
+    // DataFusion's hints about its own configuration mean nothing to our users.
+    if let Some(i) = s.find(" Column names are case sensitive") {
+        s.truncate(i);
+    }
     for prefix in [
         "Error during planning: ",
         "Execution error: ",

@@ -4,9 +4,9 @@
 //! Session::execute(sql, params)
 //!   └─ parser::parse ─► bind::bind_params ─► for each statement: Session::execute_statement
 //!        ├─ BEGIN / COMMIT / ROLLBACK ─► session transaction state
-//!        └─ anything else ─► Session::run_in_transaction
+//!        └─ anything else ─► the open transaction, or Session::autocommit
 //!             ├─ explicit transaction: run it; an error marks the transaction failed (25P02)
-//!             └─ autocommit: begin, run, commit; retried on 40001
+//!             └─ Session::autocommit: begin, run, commit; retried on 40001
 //!                  └─ StatementContext::run
 //!                       ├─ DDL    ─► catalog copy edited ─► Transaction::set_catalog
 //!                       ├─ DML    ─► dml::{insert, update, delete}: WHERE evaluated as a
@@ -166,9 +166,9 @@ impl SchemaProvider for SpindleSchema {
         name: &str,
     ) -> datafusion::error::Result<Option<Arc<dyn datafusion::catalog::TableProvider>>> {
         match self.catalog.table(name) {
-            // DataFusion has already folded unquoted names; match exactly so
-            // that "Foo" (quoted) and foo stay distinct like in PostgreSQL.
-            Some(t) if t.name == name || t.name.eq_ignore_ascii_case(name) => {
+            // DataFusion has already folded unquoted names; the catalog
+            // matches exactly, so "Foo" (quoted) and foo stay distinct.
+            Some(t) => {
                 let provider =
                     SpindleTable::new(&self.catalog, t, self.txn.clone(), self.include_hidden)
                         .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
@@ -306,25 +306,38 @@ fn spindle_numeric_casts(stmt: &mut ast::Statement) {
     });
 }
 
-/// PostgreSQL allows two output columns with the same name (`SELECT a+1,
-/// a+1`); DataFusion does not. Unnamed select items that would repeat an
-/// earlier one's name get a distinct alias.
+/// Output column names as PostgreSQL gives them: a column keeps its name,
+/// a function call is named after the function (`count`), anything else
+/// is `?column?`. DataFusion would name them after their expression
+/// (`Int64(1) + Int64(1)`) and refuses two equal names, which PostgreSQL
+/// allows (`SELECT a+1, a+1`), so repeats get a numeric suffix.
 fn unique_output_names(body: &mut ast::SetExpr) {
     match body {
         ast::SetExpr::Select(select) => {
-            let mut seen = std::collections::HashSet::new();
-            for (i, item) in select.projection.iter_mut().enumerate() {
+            let mut seen = std::collections::HashMap::<String, usize>::new();
+            for item in select.projection.iter_mut() {
+                let name = match item {
+                    ast::SelectItem::UnnamedExpr(e) => match pg_output_name(e) {
+                        Some(n) => n,
+                        None => continue,
+                    },
+                    ast::SelectItem::ExprWithAlias { alias, .. } => {
+                        crate::parser::fold_ident(alias)
+                    }
+                    _ => continue,
+                };
+                let n = seen.entry(name.clone()).or_insert(0);
+                *n += 1;
+                let unique = if *n == 1 { name } else { format!("{name}{n}") };
                 if let ast::SelectItem::UnnamedExpr(expr) = item {
-                    let key = match &*expr {
-                        ast::Expr::Subquery(_) => "(<subquery>)".to_string(),
-                        e => e.to_string(),
+                    let alias = ast::Ident::with_quote('"', unique);
+                    *item = ast::SelectItem::ExprWithAlias {
+                        expr: expr.clone(),
+                        alias,
                     };
-                    if !seen.insert(key) {
-                        let alias = ast::Ident::with_quote('"', format!("?column?{}", i + 1));
-                        *item = ast::SelectItem::ExprWithAlias {
-                            expr: expr.clone(),
-                            alias,
-                        };
+                } else if let ast::SelectItem::ExprWithAlias { alias, .. } = item {
+                    if *n > 1 {
+                        *alias = ast::Ident::with_quote('"', unique);
                     }
                 }
             }
@@ -335,6 +348,27 @@ fn unique_output_names(body: &mut ast::SetExpr) {
         }
         ast::SetExpr::Query(q) => unique_output_names(&mut q.body),
         _ => {}
+    }
+}
+
+/// PostgreSQL's name for an unnamed select item; `None` for plain column
+/// references, which DataFusion already names like PostgreSQL.
+fn pg_output_name(e: &ast::Expr) -> Option<String> {
+    match e {
+        ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => None,
+        ast::Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(|i| i.value.to_lowercase()),
+        ast::Expr::Nested(inner) => pg_output_name(inner),
+        ast::Expr::Cast { expr, .. } => match expr.as_ref() {
+            ast::Expr::Identifier(i) => Some(crate::parser::fold_ident(i)),
+            ast::Expr::CompoundIdentifier(parts) => parts.last().map(crate::parser::fold_ident),
+            other => pg_output_name(other),
+        },
+        _ => Some("?column?".into()),
     }
 }
 
