@@ -81,7 +81,8 @@ pub(crate) fn drop_table(ctx: &StatementContext, name: &str, if_exists: bool) ->
         return Err(spindle_catalog::Error::NoSuchTable(name.into()).into());
     };
     catalog.drop_table(name)?;
-    delete_table_rows(ctx, &ctx.catalog()?.clone(), &table)?;
+    let before = ctx.catalog()?;
+    crate::blocking(|| delete_table_rows(ctx, &before, &table))?;
     ctx.lock()?.set_catalog(catalog);
     done("DROP TABLE")
 }
@@ -136,26 +137,29 @@ pub(crate) async fn add_column(
     spindle_keys::key::encode_table_prefix(&mut prefix, chain[0].id);
     let end = spindle_keys::key::prefix_end(&prefix);
     let mut txn = ctx.lock()?;
-    let mut rewrites = Vec::new();
-    for item in txn.scan(&prefix, end.as_deref()) {
-        let (key, value) = item?;
-        if Catalog::decode_key(&chain, &key)?.is_none() {
-            continue;
-        }
-        if default.is_null() {
-            if !column.nullable {
-                return Err(Error::NotNullViolation(format!(
-                    "column \"{}\" of relation \"{}\" contains null values",
-                    column.name, t.name
-                )));
+    let rewrites = crate::blocking(|| -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut rewrites = Vec::new();
+        for item in txn.scan(&prefix, end.as_deref()) {
+            let (key, value) = item?;
+            if Catalog::decode_key(&chain, &key)?.is_none() {
+                continue;
             }
-            break;
+            if default.is_null() {
+                if !column.nullable {
+                    return Err(Error::NotNullViolation(format!(
+                        "column \"{}\" of relation \"{}\" contains null values",
+                        column.name, t.name
+                    )));
+                }
+                break;
+            }
+            let mut stored = row::decode_row(&value)?;
+            stored.push((added.id, default.clone()));
+            let refs: Vec<(u32, &Value)> = stored.iter().map(|(i, v)| (*i, v)).collect();
+            rewrites.push((key, row::encode_row(&refs)));
         }
-        let mut stored = row::decode_row(&value)?;
-        stored.push((added.id, default.clone()));
-        let refs: Vec<(u32, &Value)> = stored.iter().map(|(i, v)| (*i, v)).collect();
-        rewrites.push((key, row::encode_row(&refs)));
-    }
+        Ok(rewrites)
+    })?;
     for (k, v) in rewrites {
         txn.put(k, v);
     }

@@ -416,7 +416,9 @@ async fn write_inserted_row(
         let key = catalog
             .encode_key(&table.name, &key_vals(&full))
             .map_err(key_error)?;
-        if hidden.is_none() || ctx.lock()?.get(&key)?.is_none() {
+        if hidden.is_none()
+            || crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?.is_none()
+        {
             break key;
         }
     };
@@ -428,7 +430,7 @@ async fn write_inserted_row(
             let pkey = catalog
                 .encode_key(&parent.name, &kv[..parent.primary_key.len()])
                 .map_err(key_error)?;
-            if ctx.lock()?.get(&pkey)?.is_none() {
+            if crate::blocking(|| ctx.lock()?.get(&pkey).map_err(Error::from))?.is_none() {
                 return Err(Error::ForeignKeyViolation(format!(
                     "insert on table \"{}\" violates interleave in parent \"{}\": parent row with key {} does not exist",
                     table.name,
@@ -438,7 +440,7 @@ async fn write_inserted_row(
             }
         }
     }
-    let existing = ctx.lock()?.get(&key)?;
+    let existing = crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?;
     let Some(existing) = existing else {
         put_row(&mut *ctx.lock()?, table, key, &full)?;
         return Ok(true);
@@ -722,12 +724,17 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
         if !seen.insert(key.clone()) {
             continue;
         }
-        let mut txn = ctx.lock()?;
-        if txn.get(&key)?.is_none() {
-            continue; // already removed by an earlier cascade in this statement
+        let deleted = crate::blocking(|| -> Result<bool> {
+            let mut txn = ctx.lock()?;
+            if txn.get(&key)?.is_none() {
+                return Ok(false); // already removed by an earlier cascade in this statement
+            }
+            plan.delete_row_tree(&mut txn, &catalog, &table, &key)?;
+            Ok(true)
+        })?;
+        if deleted {
+            count += 1;
         }
-        plan.delete_row_tree(&mut txn, &catalog, &table, &key)?;
-        count += 1;
     }
     Ok(count)
 }

@@ -28,3 +28,16 @@ pub mod types;
 
 pub use error::{Error, Result};
 pub use session::{Engine, Output, Session};
+
+/// Runs storage work (sled reads, scans, the commit's flush) so that it
+/// does not stall the async executor: on a multi-threaded tokio runtime the
+/// worker hands its other tasks off first (`block_in_place`); elsewhere it
+/// simply runs.
+pub(crate) fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}

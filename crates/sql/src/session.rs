@@ -453,7 +453,7 @@ impl Session {
                 let mut guard = txn
                     .lock()
                     .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
-                guard.commit()?;
+                crate::blocking(|| guard.commit())?;
                 Ok(Output::command("COMMIT"))
             }
             Statement::Rollback => {
@@ -493,10 +493,11 @@ impl Session {
                 txn: txn.clone(),
             };
             let out = ctx.run(stmt.clone(), false).await?;
-            let committed = txn
-                .lock()
-                .map_err(|_| Error::Internal("transaction lock poisoned".into()))?
-                .commit();
+            let committed = crate::blocking(|| {
+                txn.lock()
+                    .map_err(|_| Error::Internal("transaction lock poisoned".into()))
+                    .map(|mut t| t.commit())
+            })?;
             match committed {
                 Ok(_) => return Ok(out),
                 Err(e) if e.is_retryable() && attempt < AUTOCOMMIT_ATTEMPTS => {

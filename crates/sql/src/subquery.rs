@@ -3,8 +3,10 @@
 //! DataFusion's optimizer decorrelates subqueries whose correlation is a
 //! conjunction of equalities; others (e.g. `(SELECT count(*) FROM t1 AS x
 //! WHERE x.c > t1.c)`) reach the physical planner unchanged, which rejects
-//! them. [`rewrite`] runs after optimization and replaces each remaining
-//! correlated `ScalarSubquery`, `EXISTS` and `IN (subquery)` by a call to a
+//! them, as it rejects `EXISTS` and `IN (subquery)` outside a WHERE clause.
+//! [`rewrite`] runs after optimization and replaces each remaining
+//! correlated `ScalarSubquery`, and every `EXISTS` and `IN (subquery)`, by
+//! a call to a
 //! volatile function that evaluates the subquery once per distinct
 //! combination of outer values (nested-loop semantics, as PostgreSQL's
 //! SubPlan):
@@ -55,14 +57,16 @@ pub fn rewrite(plan: LogicalPlan, state: &SessionState) -> Result<LogicalPlan> {
                     Expr::ScalarSubquery(sq) if !sq.outer_ref_columns.is_empty() => {
                         (Kind::Scalar, sq.clone(), None)
                     }
-                    Expr::Exists(ex) if !ex.subquery.outer_ref_columns.is_empty() => (
+                    // EXISTS and IN left after optimization (e.g. in a select list)
+                    // have no physical form, correlated or not.
+                    Expr::Exists(ex) => (
                         Kind::Exists {
                             negated: ex.negated,
                         },
                         ex.subquery.clone(),
                         None,
                     ),
-                    Expr::InSubquery(i) if !i.subquery.outer_ref_columns.is_empty() => (
+                    Expr::InSubquery(i) => (
                         Kind::In { negated: i.negated },
                         i.subquery.clone(),
                         Some((*i.expr).clone()),
