@@ -33,6 +33,8 @@
 //! keys continue only with a table marker). Old versions are kept; garbage
 //! collection arrives with the transaction issue.
 
+pub mod splits;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::debug;
@@ -112,31 +114,45 @@ impl Store {
         self.visible_ts.load(Ordering::Acquire)
     }
 
-    /// Applies all `writes` at `ts` atomically and durably. The caller (the
-    /// transaction layer) guarantees that commits are serialized and that
-    /// `ts` is greater than every earlier commit's.
+    /// Applies all `writes` at `ts` atomically and durably, and makes `ts`
+    /// visible: the single-split commit. The caller (the transaction
+    /// layer) guarantees that commits are serialized and that `ts` is
+    /// greater than every earlier commit's.
     pub fn commit(&self, ts: Timestamp, writes: &[Write]) -> Result<()> {
-        let mut batch = sled::Batch::default();
-        for (key, value) in writes {
-            let pk = physical_key(key, ts);
-            match value {
-                Some(v) => {
-                    let mut bytes = Vec::with_capacity(v.len() + 1);
-                    bytes.push(1);
-                    bytes.extend_from_slice(v);
-                    batch.insert(pk, bytes);
-                }
-                None => batch.insert(pk, vec![0u8]),
-            }
-        }
-        batch.insert(META_LAST_TS, &ts.to_be_bytes());
-        self.db.apply_batch(batch)?;
+        let mut batch = Batch::default();
+        batch.versions(ts, writes);
+        batch.put_meta_raw(META_LAST_TS, ts.to_be_bytes().to_vec());
+        self.apply(batch)?;
+        self.publish(ts);
+        debug!(ts, writes = writes.len(), "committed");
+        Ok(())
+    }
+
+    /// Applies one batch atomically, then flushes it to disk.
+    pub fn apply(&self, batch: Batch) -> Result<()> {
+        self.db.apply_batch(batch.inner)?;
         if !self.temporary {
             self.db.flush()?;
         }
-        self.visible_ts.store(ts, Ordering::Release);
-        debug!(ts, writes = writes.len(), "committed");
         Ok(())
+    }
+
+    /// Makes commits up to `ts` visible to new snapshots.
+    pub fn publish(&self, ts: Timestamp) {
+        self.visible_ts.fetch_max(ts, Ordering::AcqRel);
+    }
+
+    /// All metadata entries whose name starts with `prefix`.
+    pub fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut key = META_PREFIX.to_vec();
+        key.extend_from_slice(prefix.as_bytes());
+        let mut out = Vec::new();
+        for item in self.db.scan_prefix(&key) {
+            let (k, v) = item?;
+            let name = String::from_utf8_lossy(&k[META_PREFIX.len()..]).into_owned();
+            out.push((name, v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// The value of `key` as of `ts`.
@@ -178,6 +194,61 @@ impl Store {
     /// Approximate on-disk size in bytes.
     pub fn size_on_disk(&self) -> Result<u64> {
         Ok(self.db.size_on_disk()?)
+    }
+}
+
+/// One atomic group of changes: versions of logical keys and metadata.
+#[derive(Default)]
+pub struct Batch {
+    inner: sled::Batch,
+    len: usize,
+}
+
+impl Batch {
+    /// Adds versions at `ts` (a `None` value is a tombstone).
+    pub fn versions(&mut self, ts: Timestamp, writes: &[Write]) {
+        for (key, value) in writes {
+            let pk = physical_key(key, ts);
+            match value {
+                Some(v) => {
+                    let mut bytes = Vec::with_capacity(v.len() + 1);
+                    bytes.push(1);
+                    bytes.extend_from_slice(v);
+                    self.inner.insert(pk, bytes);
+                }
+                None => self.inner.insert(pk, vec![0u8]),
+            }
+            self.len += 1;
+        }
+    }
+
+    /// Sets metadata `name` (unversioned).
+    pub fn put_meta(&mut self, name: &str, value: Vec<u8>) {
+        let mut key = META_PREFIX.to_vec();
+        key.extend_from_slice(name.as_bytes());
+        self.inner.insert(key, value);
+        self.len += 1;
+    }
+
+    fn put_meta_raw(&mut self, key: &[u8], value: Vec<u8>) {
+        self.inner.insert(key, value);
+        self.len += 1;
+    }
+
+    /// Records `ts` as the last commit timestamp.
+    pub fn set_last_commit_ts(&mut self, ts: Timestamp) {
+        self.put_meta_raw(META_LAST_TS, ts.to_be_bytes().to_vec());
+    }
+
+    pub fn delete_meta(&mut self, name: &str) {
+        let mut key = META_PREFIX.to_vec();
+        key.extend_from_slice(name.as_bytes());
+        self.inner.remove(key);
+        self.len += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

@@ -14,17 +14,32 @@
 //!   commit ─► lock ─► conflict check ─► ts = next_ts() ─► store.commit(ts, buffer) ─► unlock
 //! ```
 //!
-//! ## Isolation (this version)
+//! ## Isolation: serializable by optimistic validation
 //!
-//! Commits are serialized by one lock, and a read-write transaction may
-//! commit only if no other transaction committed after its snapshot
-//! (`last_commit_ts <= read_ts`); otherwise it aborts with
-//! [`Error::Conflict`] (SQLSTATE 40001, retry). That makes every committed
-//! transaction equivalent to running alone at its commit point:
-//! serializable, never blocking, never deadlocking, at the price of
-//! aborting on any concurrent commit. Read-only transactions always commit.
-//! Per-key conflict detection, splits and two-phase commit replace this in
-//! the transaction issue.
+//! A transaction records what it read — the keys of point reads and the key
+//! ranges of scans — and buffers what it writes. Commits are serialized by
+//! one lock; under it, a read-write transaction is validated against every
+//! transaction that committed after its snapshot:
+//!
+//! ```text
+//!   T.read_ts            T.commit
+//!      │   C1 commits (ts1)  │      T may commit only if, for every Ci with
+//!      │   C2 commits (ts2)  │      read_ts < tsi: Ci's writes ∩ (T's reads ∪ T's writes) = ∅
+//!   ───┴──────────┴─────┴────┴──►
+//! ```
+//!
+//! If it passes, nothing T read changed between its snapshot and its
+//! commit point, so T is equivalent to running alone at its commit
+//! timestamp: serializable (no lost update, write skew, phantom — scans
+//! record whole ranges — or read skew). Otherwise T aborts with
+//! [`Error::Conflict`] (SQLSTATE 40001) and is retried by its caller. No
+//! transaction ever waits for another, so there are no deadlocks.
+//! Read-only transactions skip validation and always commit.
+//!
+//! The write sets of recent commits are kept in memory ([`CommitLog`]) until
+//! no active transaction's snapshot is older than them. Every transaction
+//! implicitly reads the catalog, so a committed schema change aborts every
+//! concurrent read-write transaction.
 //!
 //! ## Timestamps
 //!
@@ -37,13 +52,20 @@
 //! so it is versioned and committed atomically with data. A transaction
 //! reads it at its snapshot; DDL replaces the transaction's copy.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use spindle_catalog::Catalog;
-use spindle_storage::{Store, Timestamp};
+use spindle_storage::splits::{Boundaries, SplitMap};
+use spindle_storage::{Batch, Store, Timestamp, Write};
+
+mod twopc;
 use tracing::{debug, info_span};
+pub use twopc::CrashPoint;
 
 /// Logical key of the catalog (sorts before every table key, `20 …`).
 pub const CATALOG_KEY: &[u8] = b"\x02catalog";
@@ -60,6 +82,12 @@ pub enum Error {
     CorruptCatalog(String),
     #[error("a lock was poisoned by a panic in another thread")]
     Poisoned,
+    #[error("recovery failed: {0}")]
+    Recovery(String),
+    /// A test stopped the commit at a crash point; the database must be
+    /// reopened, as after a real crash.
+    #[error("commit stopped at injected crash point {0:?}")]
+    Crashed(CrashPoint),
 }
 
 impl Error {
@@ -71,18 +99,86 @@ impl Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Shared state of one database: the store, the commit lock and the cached
+/// Shared state of one database: the store, the commit lock with the log
+/// of recent commits, the snapshots in use, the split map and the cached
 /// catalog.
 pub struct TxnManager {
     store: Store,
-    /// Serializes commits; holds the last commit timestamp.
-    commit_lock: Mutex<Timestamp>,
+    /// Serializes commits.
+    commits: Mutex<CommitLog>,
+    /// Read timestamps of live transactions (with counts).
+    active: Mutex<BTreeMap<Timestamp, usize>>,
     /// The catalog as of the commit timestamp stored with it.
     catalog: RwLock<(Timestamp, Arc<Catalog>)>,
+    /// Splits; changed only under the commit lock.
+    splits: Mutex<SplitMap>,
+    split_threshold: AtomicU64,
+    crash_at: Mutex<Option<CrashPoint>>,
+    crashed: AtomicBool,
+}
+
+/// Default split size threshold (bytes of keys and values).
+pub const DEFAULT_SPLIT_THRESHOLD: u64 = 64 * 1024 * 1024;
+/// A split whose writes per minute exceed this is split for load.
+pub const LOAD_SPLIT_WRITES_PER_MINUTE: u64 = 60_000;
+/// A split with at least this many reads and writes per minute is hot.
+pub const HOT_OPS_PER_MINUTE: u64 = 6_000;
+
+const SPLITS_META: &str = "splits";
+
+/// The last commit timestamp and the write sets of commits that some live
+/// transaction may still have to be validated against.
+pub struct CommitLog {
+    last_ts: Timestamp,
+    recent: VecDeque<(Timestamp, Arc<BTreeSet<Vec<u8>>>)>,
+}
+
+/// How a transaction committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    pub ts: Timestamp,
+    /// Ids of the splits its writes touched.
+    pub splits: Vec<u64>,
+    /// Whether it needed two-phase commit (more than one split).
+    pub two_phase: bool,
+}
+
+/// A split as `spindle_sys.splits` shows it.
+#[derive(Clone, Debug)]
+pub struct SplitInfo {
+    pub id: u64,
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+    pub bytes: u64,
+    pub rows: u64,
+    pub reads_per_minute: u64,
+    pub writes_per_minute: u64,
+    pub hot: bool,
+    pub oversized: bool,
+}
+
+/// Row-tree boundaries from the catalog: a key inside a root table's range
+/// belongs to the row tree of the root row whose key prefixes it.
+struct CatalogBoundaries<'a>(&'a Catalog);
+
+impl Boundaries for CatalogBoundaries<'_> {
+    fn root_of(&self, key: &[u8]) -> Vec<u8> {
+        let Ok(id) = spindle_keys::key::root_table_id(key) else {
+            return key.to_vec();
+        };
+        let Some(t) = self.0.table_by_id(id) else {
+            return key.to_vec();
+        };
+        match spindle_keys::key::root_key_len(key, t.primary_key.len()) {
+            Ok(n) => key[..n].to_vec(),
+            Err(_) => key.to_vec(),
+        }
+    }
 }
 
 impl TxnManager {
     pub fn new(store: Store) -> Result<Arc<TxnManager>> {
+        twopc::recover(&store)?;
         let ts = store.visible_ts();
         let catalog = match store.get(CATALOG_KEY, ts)? {
             Some(bytes) => {
@@ -90,10 +186,23 @@ impl TxnManager {
             }
             None => Catalog::new(),
         };
+        let splits = match store.meta(SPLITS_META)? {
+            Some(bytes) => SplitMap::decode(&bytes)
+                .ok_or_else(|| Error::Recovery("corrupt split map".into()))?,
+            None => SplitMap::default(),
+        };
         Ok(Arc::new(TxnManager {
             store,
-            commit_lock: Mutex::new(ts),
+            commits: Mutex::new(CommitLog {
+                last_ts: ts,
+                recent: VecDeque::new(),
+            }),
+            active: Mutex::new(BTreeMap::new()),
             catalog: RwLock::new((ts, Arc::new(catalog))),
+            splits: Mutex::new(splits),
+            split_threshold: AtomicU64::new(DEFAULT_SPLIT_THRESHOLD),
+            crash_at: Mutex::new(None),
+            crashed: AtomicBool::new(false),
         }))
     }
 
@@ -101,18 +210,272 @@ impl TxnManager {
         &self.store
     }
 
+    /// Sets the size above which a split is cut in two.
+    pub fn set_split_threshold(&self, bytes: u64) {
+        self.split_threshold.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Stops the next commit that reaches `point`, as a crash would (tests).
+    pub fn inject_crash(&self, point: Option<CrashPoint>) {
+        if let Ok(mut c) = self.crash_at.lock() {
+            *c = point;
+        }
+    }
+
+    fn check_crash(&self, point: CrashPoint) -> Result<()> {
+        let armed = self.crash_at.lock().map_err(|_| Error::Poisoned)?;
+        if *armed == Some(point) {
+            self.crashed.store(true, Ordering::SeqCst);
+            return Err(Error::Crashed(point));
+        }
+        Ok(())
+    }
+
+    /// The splits with their statistics, in key order.
+    pub fn split_stats(&self) -> Result<Vec<SplitInfo>> {
+        let mut map = self.splits.lock().map_err(|_| Error::Poisoned)?;
+        let n = map.len();
+        let ends: Vec<Option<Vec<u8>>> =
+            (0..n).map(|i| map.end_of(i).map(|e| e.to_vec())).collect();
+        Ok(map
+            .splits_mut()
+            .iter_mut()
+            .zip(ends)
+            .map(|(s, end)| {
+                let reads_per_minute = s.reads.per_minute();
+                let writes_per_minute = s.writes.per_minute();
+                SplitInfo {
+                    id: s.id,
+                    start: s.start.clone(),
+                    end,
+                    bytes: s.bytes,
+                    rows: s.rows,
+                    reads_per_minute,
+                    writes_per_minute,
+                    hot: reads_per_minute + writes_per_minute >= HOT_OPS_PER_MINUTE,
+                    oversized: s.oversized,
+                }
+            })
+            .collect())
+    }
+
+    /// Counts a read of `[start, end)` against the splits it overlaps.
+    fn note_read(&self, start: &[u8], end: Option<&[u8]>) {
+        if let Ok(mut map) = self.splits.lock() {
+            let first = map.index_of(start);
+            let last = match end {
+                Some(e) => map.index_of(e),
+                None => map.len() - 1,
+            };
+            for s in &mut map.splits_mut()[first..=last] {
+                s.reads.add(1);
+            }
+        }
+    }
+
+    /// Commits `groups` (writes per split index) with two-phase commit;
+    /// see [`twopc`].
+    fn two_phase_commit(
+        &self,
+        ts: Timestamp,
+        groups: &[(usize, Vec<Write>)],
+        splits: &SplitMap,
+    ) -> Result<()> {
+        let ids: Vec<u64> = groups.iter().map(|(i, _)| splits.splits()[*i].id).collect();
+        self.check_crash(CrashPoint::BeforePrepare)?;
+        for (n, ((_, ws), id)) in groups.iter().zip(&ids).enumerate() {
+            let mut b = Batch::default();
+            b.put_meta(&twopc::prep_name(ts, *id), twopc::encode_writes(ws));
+            self.store.apply(b)?;
+            self.check_crash(CrashPoint::AfterPrepare(n + 1))?;
+        }
+        let mut b = Batch::default();
+        let participants: Vec<u8> = ids.iter().flat_map(|i| i.to_be_bytes()).collect();
+        b.put_meta(&twopc::decision_name(ts), participants);
+        self.store.apply(b)?;
+        self.check_crash(CrashPoint::AfterDecision)?;
+        for (n, ((_, ws), id)) in groups.iter().zip(&ids).enumerate() {
+            let mut b = Batch::default();
+            b.versions(ts, ws);
+            b.delete_meta(&twopc::prep_name(ts, *id));
+            self.store.apply(b)?;
+            self.check_crash(CrashPoint::AfterApply(n + 1))?;
+        }
+        let mut b = Batch::default();
+        b.delete_meta(&twopc::decision_name(ts));
+        b.set_last_commit_ts(ts);
+        self.store.apply(b)?;
+        self.store.publish(ts);
+        Ok(())
+    }
+
+    /// Splits touched splits that grew past the threshold (or carry
+    /// sustained write load) at a row-tree boundary near their middle, and
+    /// merges small neighbours. Failures only skip maintenance.
+    fn maintain_splits(
+        &self,
+        map: &mut SplitMap,
+        touched: &[u64],
+        catalog: &Catalog,
+        ts: Timestamp,
+    ) {
+        let threshold = self.split_threshold.load(Ordering::Relaxed);
+        let b = CatalogBoundaries(catalog);
+        let mut changed = false;
+        for id in touched {
+            let Some(idx) = map.splits().iter().position(|s| s.id == *id) else {
+                continue;
+            };
+            let (bytes, deletes, writes_pm) = {
+                let s = &mut map.splits_mut()[idx];
+                (s.bytes, s.dirty_deletes, s.writes.per_minute())
+            };
+            let load = writes_pm >= LOAD_SPLIT_WRITES_PER_MINUTE;
+            let recount = bytes > threshold
+                || load
+                || (deletes > 0 && (bytes < threshold / 4 || deletes >= 1024));
+            if !recount {
+                continue;
+            }
+            let Some(sizes) = self.scan_sizes(map, idx, ts, &b) else {
+                continue;
+            };
+            let total: u64 = sizes.iter().map(|(_, n, _)| n).sum();
+            let rows: u64 = sizes.iter().map(|(_, _, r)| r).sum();
+            {
+                let s = &mut map.splits_mut()[idx];
+                s.bytes = total;
+                s.rows = rows;
+                s.dirty_deletes = 0;
+                s.oversized = false;
+            }
+            if total > threshold || (load && sizes.len() > 1) {
+                // The row tree at which the running total passes half.
+                let mut acc = 0;
+                let mut cut = None;
+                for (root, n, _) in &sizes {
+                    if acc >= total / 2 && root.as_slice() > map.splits()[idx].start.as_slice() {
+                        cut = Some(root.clone());
+                        break;
+                    }
+                    acc += n;
+                }
+                let cut = cut.or_else(|| {
+                    sizes
+                        .iter()
+                        .map(|(r, _, _)| r)
+                        .find(|r| r.as_slice() > map.splits()[idx].start.as_slice())
+                        .cloned()
+                });
+                match cut {
+                    Some(at) if map.split_at(idx, at.clone(), &b).is_some() => {
+                        let left: u64 = sizes
+                            .iter()
+                            .take_while(|(r, _, _)| *r < at)
+                            .map(|(_, n, _)| n)
+                            .sum();
+                        let left_rows: u64 = sizes
+                            .iter()
+                            .take_while(|(r, _, _)| *r < at)
+                            .map(|(_, _, r)| r)
+                            .sum();
+                        let splits = map.splits_mut();
+                        splits[idx].bytes = left;
+                        splits[idx].rows = left_rows;
+                        splits[idx + 1].bytes = total - left;
+                        splits[idx + 1].rows = rows - left_rows;
+                        tracing::info!(split = id, at = ?at, "split");
+                        changed = true;
+                    }
+                    _ => {
+                        // One row tree larger than the threshold stays whole.
+                        map.splits_mut()[idx].oversized = total > threshold;
+                    }
+                }
+            } else if total < threshold / 4 && idx + 1 < map.len() {
+                if let Some(next) = self.scan_sizes(map, idx + 1, ts, &b) {
+                    let next_total: u64 = next.iter().map(|(_, n, _)| n).sum();
+                    if total + next_total < threshold / 2 {
+                        map.splits_mut()[idx + 1].bytes = next_total;
+                        map.splits_mut()[idx + 1].rows = next.iter().map(|(_, _, r)| r).sum();
+                        map.merge_with_next(idx);
+                        tracing::info!(split = id, "merged with its right neighbour");
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if changed {
+            let mut batch = Batch::default();
+            batch.put_meta(SPLITS_META, map.encode());
+            if let Err(e) = self.store.apply(batch) {
+                tracing::warn!(error = %e, "could not persist the split map");
+            }
+        }
+    }
+
+    /// Live bytes and rows per row tree of split `idx` at `ts`, in key order.
+    fn scan_sizes(
+        &self,
+        map: &SplitMap,
+        idx: usize,
+        ts: Timestamp,
+        b: &dyn Boundaries,
+    ) -> Option<Vec<(Vec<u8>, u64, u64)>> {
+        let start = map.splits().get(idx)?.start.clone();
+        let end = map.end_of(idx).map(|e| e.to_vec());
+        let mut out: Vec<(Vec<u8>, u64, u64)> = Vec::new();
+        for item in self.store.scan(&start, end.as_deref(), ts) {
+            let (k, v) = item.ok()?;
+            let root = b.root_of(&k);
+            let n = (k.len() + v.len()) as u64;
+            match out.last_mut() {
+                Some((r, bytes, rows)) if *r == root => {
+                    *bytes += n;
+                    *rows += 1;
+                }
+                _ => out.push((root, n, 1)),
+            }
+        }
+        Some(out)
+    }
+
     /// Starts a transaction on the newest snapshot.
     pub fn begin(self: &Arc<Self>) -> Result<Transaction> {
-        let read_ts = self.store.visible_ts();
+        // Registering under the `active` lock keeps the commit log from
+        // dropping entries this snapshot must be validated against.
+        let read_ts = {
+            let mut active = self.active.lock().map_err(|_| Error::Poisoned)?;
+            let ts = self.store.visible_ts();
+            *active.entry(ts).or_insert(0) += 1;
+            ts
+        };
         let catalog = self.catalog_at(read_ts)?;
         debug!(read_ts, "begin");
         Ok(Transaction {
             mgr: self.clone(),
             read_ts,
             writes: BTreeMap::new(),
+            reads: RefCell::new(ReadSet::default()),
             catalog,
             catalog_changed: false,
         })
+    }
+
+    fn end(&self, read_ts: Timestamp) {
+        if let Ok(mut active) = self.active.lock() {
+            if let Some(n) = active.get_mut(&read_ts) {
+                *n -= 1;
+                if *n == 0 {
+                    active.remove(&read_ts);
+                }
+            }
+        }
+    }
+
+    /// Number of commits kept for validation (for tests and metrics).
+    pub fn commit_log_len(&self) -> usize {
+        self.commits.lock().map(|c| c.recent.len()).unwrap_or(0)
     }
 
     fn catalog_at(&self, ts: Timestamp) -> Result<Arc<Catalog>> {
@@ -138,8 +501,42 @@ pub struct Transaction {
     mgr: Arc<TxnManager>,
     read_ts: Timestamp,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// What this transaction read, for commit-time validation.
+    reads: RefCell<ReadSet>,
     catalog: Arc<Catalog>,
     catalog_changed: bool,
+}
+
+/// Keys and key ranges a transaction read.
+#[derive(Default, Debug)]
+struct ReadSet {
+    points: BTreeSet<Vec<u8>>,
+    ranges: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl ReadSet {
+    /// Whether any of `written` falls in what was read.
+    fn overlaps(&self, written: &BTreeSet<Vec<u8>>) -> bool {
+        if self.points.iter().any(|k| written.contains(k)) {
+            return true;
+        }
+        self.ranges.iter().any(|(start, end)| {
+            let upper = match end {
+                Some(e) => Bound::Excluded(e.clone()),
+                None => Bound::Unbounded,
+            };
+            written
+                .range((Bound::Included(start.clone()), upper))
+                .next()
+                .is_some()
+        })
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        self.mgr.end(self.read_ts);
+    }
 }
 
 impl Transaction {
@@ -165,6 +562,8 @@ impl Transaction {
         if let Some(w) = self.writes.get(key) {
             return Ok(w.clone());
         }
+        self.reads.borrow_mut().points.insert(key.to_vec());
+        self.mgr.note_read(key, Some(key));
         Ok(self.mgr.store.get(key, self.read_ts)?)
     }
 
@@ -200,6 +599,11 @@ impl Transaction {
     /// (e.g. in a blocking task): the snapshot timestamp plus a copy of the
     /// buffered writes in the range.
     pub fn snapshot(&self, start: &[u8], end: Option<&[u8]>) -> Snapshot {
+        self.reads
+            .borrow_mut()
+            .ranges
+            .push((start.to_vec(), end.map(|e| e.to_vec())));
+        self.mgr.note_read(start, end);
         let upper = match end {
             Some(e) => Bound::Excluded(e.to_vec()),
             None => Bound::Unbounded,
@@ -224,28 +628,51 @@ impl Transaction {
     /// Commits atomically and durably, or fails with [`Error::Conflict`].
     /// The buffered writes are consumed: after a commit (successful or
     /// not) the transaction holds nothing and must not be used again.
-    pub fn commit(&mut self) -> Result<Option<Timestamp>> {
-        let span = info_span!("commit", read_ts = self.read_ts, writes = self.writes.len());
+    pub fn commit(&mut self) -> Result<Option<CommitInfo>> {
+        let span = info_span!(
+            "commit",
+            read_ts = self.read_ts,
+            writes = self.writes.len(),
+            ts = tracing::field::Empty,
+            splits = tracing::field::Empty,
+            two_phase = tracing::field::Empty
+        );
         let _g = span.enter();
         if !self.has_writes() {
             return Ok(None);
         }
+        if self.mgr.crashed.load(Ordering::SeqCst) {
+            return Err(Error::Recovery(
+                "the database stopped at a crash point; reopen it".into(),
+            ));
+        }
         let catalog_changed = std::mem::take(&mut self.catalog_changed);
         let buffered = std::mem::take(&mut self.writes);
-        let mut last = self.mgr.commit_lock.lock().map_err(|_| Error::Poisoned)?;
-        if *last > self.read_ts {
-            debug!(last = *last, "conflict");
-            return Err(Error::Conflict);
+        let mut log = self.mgr.commits.lock().map_err(|_| Error::Poisoned)?;
+        // Validate against every commit after our snapshot. The catalog is
+        // an implicit read of every transaction.
+        let mut reads = std::mem::take(&mut *self.reads.borrow_mut());
+        reads.points.insert(CATALOG_KEY.to_vec());
+        for (ts, written) in log.recent.iter().rev() {
+            if *ts <= self.read_ts {
+                break;
+            }
+            let ww = buffered.keys().any(|k| written.contains(k));
+            if ww || reads.overlaps(written) {
+                debug!(conflicting_ts = *ts, write_write = ww, "conflict");
+                return Err(Error::Conflict);
+            }
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
-        let ts = (*last + 1).max(now);
-        let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = buffered.into_iter().collect();
+        let ts = (log.last_ts + 1).max(now);
+        let mut writes: Vec<Write> = buffered.into_iter().collect();
         if catalog_changed {
             writes.push((CATALOG_KEY.to_vec(), Some(self.catalog.to_bytes())));
         }
+        let write_set: BTreeSet<Vec<u8>> = writes.iter().map(|(k, _)| k.clone()).collect();
         // Publish the new catalog before the commit becomes visible, so no
         // snapshot at `ts` can pick up the previous one from the cache.
         let previous = if catalog_changed {
@@ -254,16 +681,94 @@ impl Transaction {
         } else {
             None
         };
-        if let Err(e) = self.mgr.store.commit(ts, &writes) {
+        let mut splits = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
+        // Group the writes by split (they are in key order already).
+        let mut groups: Vec<(usize, Vec<Write>)> = Vec::new();
+        for w in writes {
+            let idx = splits.index_of(&w.0);
+            match groups.last_mut() {
+                Some((i, ws)) if *i == idx => ws.push(w),
+                _ => groups.push((idx, vec![w])),
+            }
+        }
+        // The catalog key sorts first, so groups may repeat a split only if
+        // the catalog shares split 0 with later keys: merge such groups.
+        groups.sort_by_key(|(i, _)| *i);
+        groups.dedup_by(|b, a| {
+            if a.0 == b.0 {
+                a.1.append(&mut b.1);
+                true
+            } else {
+                false
+            }
+        });
+        let info = CommitInfo {
+            ts,
+            splits: groups.iter().map(|(i, _)| splits.splits()[*i].id).collect(),
+            two_phase: groups.len() > 1,
+        };
+        let result = if groups.len() == 1 {
+            self.mgr
+                .check_crash(CrashPoint::BeforePrepare)
+                .and_then(|_| Ok(self.mgr.store.commit(ts, &groups[0].1)?))
+        } else {
+            self.mgr.two_phase_commit(ts, &groups, &splits)
+        };
+        if let Err(e) = result {
             if let Some(prev) = previous {
                 if let Ok(mut cached) = self.mgr.catalog.write() {
                     *cached = prev;
                 }
             }
-            return Err(e.into());
+            return Err(e);
         }
-        *last = ts;
-        Ok(Some(ts))
+        span.record("ts", ts);
+        span.record("splits", tracing::field::debug(&info.splits));
+        span.record("two_phase", info.two_phase);
+        log.last_ts = ts;
+        log.recent.push_back((ts, Arc::new(write_set)));
+        // Forget commits no live snapshot predates.
+        let oldest = self
+            .mgr
+            .active
+            .lock()
+            .map_err(|_| Error::Poisoned)?
+            .keys()
+            .next()
+            .copied();
+        while let Some((front_ts, _)) = log.recent.front() {
+            if oldest.is_none_or(|o| *front_ts <= o) {
+                log.recent.pop_front();
+            } else {
+                break;
+            }
+        }
+        // Statistics, then split maintenance (still under the commit lock).
+        let catalog = self
+            .mgr
+            .catalog
+            .read()
+            .map_err(|_| Error::Poisoned)?
+            .1
+            .clone();
+        let mut touched = Vec::new();
+        for (idx, ws) in &groups {
+            let s = &mut splits.splits_mut()[*idx];
+            s.writes.add(ws.len() as u64);
+            for (k, v) in ws {
+                match v {
+                    Some(v) => {
+                        s.bytes += (k.len() + v.len()) as u64;
+                        s.rows += 1;
+                    }
+                    None => s.dirty_deletes += 1,
+                }
+            }
+            touched.push(s.id);
+        }
+        self.mgr
+            .maintain_splits(&mut splits, &touched, &catalog, ts);
+        Ok(Some(info))
     }
 }
 
@@ -375,20 +880,69 @@ mod tests {
     }
 
     #[test]
-    fn concurrent_writer_conflicts() {
+    fn disjoint_writers_both_commit_but_read_write_overlap_conflicts() {
         let m = mgr();
         let mut a = m.begin().unwrap();
         let mut b = m.begin().unwrap();
         a.put(b"\x20x".to_vec(), b"a".to_vec());
-        b.put(b"\x20x".to_vec(), b"b".to_vec());
+        b.put(b"\x20y".to_vec(), b"b".to_vec());
+        a.commit().unwrap();
+        b.commit().unwrap(); // disjoint blind writes: no conflict
+
+        // Lost update: both read x, both write it; the second must abort.
+        let mut a = m.begin().unwrap();
+        let mut b = m.begin().unwrap();
+        a.get(b"\x20x").unwrap();
+        b.get(b"\x20x").unwrap();
+        a.put(b"\x20x".to_vec(), b"a2".to_vec());
+        b.put(b"\x20x".to_vec(), b"b2".to_vec());
         a.commit().unwrap();
         assert!(matches!(b.commit(), Err(Error::Conflict)));
+
+        // Write skew: each reads the other's key and writes its own.
+        let mut a = m.begin().unwrap();
+        let mut b = m.begin().unwrap();
+        a.get(b"\x20y").unwrap();
+        b.get(b"\x20x").unwrap();
+        a.put(b"\x20x".to_vec(), b"a3".to_vec());
+        b.put(b"\x20y".to_vec(), b"b3".to_vec());
+        a.commit().unwrap();
+        assert!(matches!(b.commit(), Err(Error::Conflict)));
+
+        // Phantom: a scan of a range conflicts with an insert into it.
+        let mut a = m.begin().unwrap();
+        let mut b = m.begin().unwrap();
+        assert_eq!(a.scan(b"\x20p", Some(b"\x20q")).count(), 0);
+        a.put(b"\x20z".to_vec(), b"count=0".to_vec());
+        b.put(b"\x20p1".to_vec(), b"new".to_vec());
+        b.commit().unwrap();
+        assert!(matches!(a.commit(), Err(Error::Conflict)));
+
         // Read-only transactions always commit.
         let mut r = m.begin().unwrap();
+        r.get(b"\x20x").unwrap();
         let mut w = m.begin().unwrap();
-        w.put(b"\x20y".to_vec(), b"1".to_vec());
+        w.put(b"\x20x".to_vec(), b"1".to_vec());
         w.commit().unwrap();
         assert!(r.commit().unwrap().is_none());
+    }
+
+    #[test]
+    fn commit_log_is_trimmed_when_no_snapshot_needs_it() {
+        let m = mgr();
+        let old = m.begin().unwrap();
+        for i in 0..5u8 {
+            let mut t = m.begin().unwrap();
+            t.put(vec![0x20, i], vec![i]);
+            t.commit().unwrap();
+        }
+        assert_eq!(m.commit_log_len(), 5);
+        drop(old);
+        let mut t = m.begin().unwrap();
+        t.put(b"\x20k".to_vec(), b"v".to_vec());
+        t.commit().unwrap();
+        // Only the newest commit is left (`t` was still live when it trimmed).
+        assert_eq!(m.commit_log_len(), 1);
     }
 
     #[test]

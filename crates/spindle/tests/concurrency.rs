@@ -1,0 +1,301 @@
+//! Concurrent transactions through the embedded API: every anomaly
+//! scenario must end serializably (one side aborts with 40001), and a
+//! many-thread bank keeps its invariants.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use spindle::{Database, Value};
+
+fn one_i64(s: &mut spindle::Session, sql: &str) -> i64 {
+    s.query(sql, &[]).unwrap().rows().unwrap()[0]
+        .get::<i64>(0)
+        .unwrap()
+}
+
+fn commit_err(s: &mut spindle::Session) -> Option<String> {
+    match s.run("COMMIT") {
+        Ok(_) => None,
+        Err(e) => Some(e.sqlstate().to_string()),
+    }
+}
+
+#[test]
+fn lost_update_is_prevented() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE counters (id INT64 NOT NULL, n INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute("INSERT INTO counters VALUES (1, 0)", &[])
+        .unwrap();
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    b.run("BEGIN").unwrap();
+    let na = one_i64(&mut a, "SELECT n FROM counters WHERE id = 1");
+    let nb = one_i64(&mut b, "SELECT n FROM counters WHERE id = 1");
+    a.execute(
+        "UPDATE counters SET n = $1 WHERE id = 1",
+        &[Value::Int64(na + 1)],
+    )
+    .unwrap();
+    b.execute(
+        "UPDATE counters SET n = $1 WHERE id = 1",
+        &[Value::Int64(nb + 1)],
+    )
+    .unwrap();
+    assert_eq!(commit_err(&mut a), None);
+    assert_eq!(commit_err(&mut b).as_deref(), Some("40001"));
+    assert_eq!(
+        one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
+        1
+    );
+}
+
+#[test]
+fn write_skew_is_prevented() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE doctors (id INT64 NOT NULL, on_call BOOL) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute("INSERT INTO doctors VALUES (1, true), (2, true)", &[])
+        .unwrap();
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    b.run("BEGIN").unwrap();
+    // Each sees two doctors on call and takes itself off.
+    assert_eq!(
+        one_i64(&mut a, "SELECT count(*) FROM doctors WHERE on_call"),
+        2
+    );
+    assert_eq!(
+        one_i64(&mut b, "SELECT count(*) FROM doctors WHERE on_call"),
+        2
+    );
+    a.execute("UPDATE doctors SET on_call = false WHERE id = 1", &[])
+        .unwrap();
+    b.execute("UPDATE doctors SET on_call = false WHERE id = 2", &[])
+        .unwrap();
+    assert_eq!(commit_err(&mut a), None);
+    assert_eq!(commit_err(&mut b).as_deref(), Some("40001"));
+    assert_eq!(
+        one_i64(
+            &mut db.session(),
+            "SELECT count(*) FROM doctors WHERE on_call"
+        ),
+        1
+    );
+}
+
+#[test]
+fn phantoms_are_prevented() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE orders (id INT64 NOT NULL, amount INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute(
+        "CREATE TABLE totals (k INT64 NOT NULL, total INT64) PRIMARY KEY (k)",
+        &[],
+    )
+    .unwrap();
+    db.execute("INSERT INTO orders VALUES (1, 10), (2, 20)", &[])
+        .unwrap();
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    let total = one_i64(
+        &mut a,
+        "SELECT sum(amount) FROM orders WHERE id BETWEEN 1 AND 100",
+    );
+    // A new row appears in the range a read.
+    b.execute("INSERT INTO orders VALUES (50, 5)", &[]).unwrap();
+    a.execute("INSERT INTO totals VALUES (1, $1)", &[Value::Int64(total)])
+        .unwrap();
+    assert_eq!(commit_err(&mut a).as_deref(), Some("40001"));
+    // An insert outside the range read does not conflict.
+    a.run("BEGIN").unwrap();
+    let total = one_i64(
+        &mut a,
+        "SELECT sum(amount) FROM orders WHERE id BETWEEN 1 AND 100",
+    );
+    b.execute("INSERT INTO orders VALUES (500, 5)", &[])
+        .unwrap();
+    a.execute("INSERT INTO totals VALUES (1, $1)", &[Value::Int64(total)])
+        .unwrap();
+    assert_eq!(commit_err(&mut a), None);
+    assert_eq!(
+        one_i64(&mut db.session(), "SELECT total FROM totals WHERE k = 1"),
+        35
+    );
+}
+
+#[test]
+fn read_only_snapshots_are_consistent_and_never_block_writers() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE acct (id INT64 NOT NULL, bal INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute("INSERT INTO acct VALUES (1, 50), (2, 50)", &[])
+        .unwrap();
+    let mut r = db.session();
+    r.run("BEGIN READ ONLY").unwrap();
+    let a = one_i64(&mut r, "SELECT bal FROM acct WHERE id = 1");
+    // A transfer commits between the reader's two reads (read skew attempt).
+    db.transaction(|tx| {
+        tx.execute("UPDATE acct SET bal = bal - 30 WHERE id = 1", &[])?;
+        tx.execute("UPDATE acct SET bal = bal + 30 WHERE id = 2", &[])?;
+        Ok(())
+    })
+    .unwrap();
+    let b = one_i64(&mut r, "SELECT bal FROM acct WHERE id = 2");
+    assert_eq!(a + b, 100, "the reader saw one snapshot");
+    let err = r.execute("UPDATE acct SET bal = 0", &[]).unwrap_err();
+    assert_eq!(err.sqlstate(), "25006");
+    r.run("ROLLBACK").unwrap();
+    assert_eq!(one_i64(&mut db.session(), "SELECT sum(bal) FROM acct"), 100);
+}
+
+#[test]
+fn disjoint_transactions_do_not_conflict() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE kv (k INT64 NOT NULL, v INT64) PRIMARY KEY (k)",
+        &[],
+    )
+    .unwrap();
+    db.execute("INSERT INTO kv VALUES (1, 0), (2, 0)", &[])
+        .unwrap();
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    b.run("BEGIN").unwrap();
+    a.execute("UPDATE kv SET v = v + 1 WHERE k = 1", &[])
+        .unwrap();
+    b.execute("UPDATE kv SET v = v + 1 WHERE k = 2", &[])
+        .unwrap();
+    assert_eq!(commit_err(&mut a), None);
+    assert_eq!(commit_err(&mut b), None);
+}
+
+/// Eight threads move money between accounts and log each transfer in the
+/// same transaction. Afterwards the total is unchanged and every balance
+/// equals its opening balance plus the logged transfers.
+#[test]
+fn many_thread_bank_keeps_its_invariants() {
+    const ACCOUNTS: i64 = 10;
+    const THREADS: u64 = 8;
+    const TRANSFERS: u64 = 25;
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE accounts (id INT64 NOT NULL, balance INT64 NOT NULL) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute(
+        "CREATE TABLE transfers (id INT64 NOT NULL, src INT64, dst INT64, amount INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    for i in 0..ACCOUNTS {
+        db.execute("INSERT INTO accounts VALUES ($1, 1000)", &[Value::Int64(i)])
+            .unwrap();
+    }
+    let committed = Arc::new(AtomicU64::new(0));
+    let gave_up = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let db = db.clone();
+            let committed = committed.clone();
+            let gave_up = gave_up.clone();
+            std::thread::spawn(move || {
+                let mut x = t * 7919 + 17;
+                for n in 0..TRANSFERS {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let src = ((x >> 33) % ACCOUNTS as u64) as i64;
+                    let dst = (src + 1 + ((x >> 13) % (ACCOUNTS as u64 - 1)) as i64) % ACCOUNTS;
+                    let amount = 1 + ((x >> 5) % 50) as i64;
+                    let id = (t * 1_000_000 + n) as i64;
+                    let r = db.transaction(|tx| {
+                        let bal = tx
+                            .query(
+                                "SELECT balance FROM accounts WHERE id = $1",
+                                &[Value::Int64(src)],
+                            )?
+                            .rows()?[0]
+                            .get::<i64>(0)?;
+                        if bal < amount {
+                            return Ok(false);
+                        }
+                        tx.execute(
+                            "UPDATE accounts SET balance = balance - $1 WHERE id = $2",
+                            &[Value::Int64(amount), Value::Int64(src)],
+                        )?;
+                        tx.execute(
+                            "UPDATE accounts SET balance = balance + $1 WHERE id = $2",
+                            &[Value::Int64(amount), Value::Int64(dst)],
+                        )?;
+                        tx.execute(
+                            "INSERT INTO transfers VALUES ($1, $2, $3, $4)",
+                            &[
+                                Value::Int64(id),
+                                Value::Int64(src),
+                                Value::Int64(dst),
+                                Value::Int64(amount),
+                            ],
+                        )?;
+                        Ok(true)
+                    });
+                    match r {
+                        Ok(true) => {
+                            committed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(false) => {}
+                        Err(e) if e.is_retryable() => {
+                            gave_up.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => panic!("transfer failed: {e} ({})", e.sqlstate()),
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut s = db.session();
+    assert_eq!(
+        one_i64(&mut s, "SELECT sum(balance) FROM accounts"),
+        ACCOUNTS * 1000
+    );
+    assert_eq!(
+        one_i64(&mut s, "SELECT count(*) FROM transfers") as u64,
+        committed.load(Ordering::Relaxed)
+    );
+    assert!(committed.load(Ordering::Relaxed) > 0);
+    let mismatched = one_i64(
+        &mut s,
+        "SELECT count(*) FROM accounts a WHERE a.balance <> 1000
+           + COALESCE((SELECT sum(amount) FROM transfers t WHERE t.dst = a.id), 0)
+           - COALESCE((SELECT sum(amount) FROM transfers t WHERE t.src = a.id), 0)",
+    );
+    assert_eq!(
+        mismatched, 0,
+        "every balance is explained by the transfer log"
+    );
+    assert_eq!(
+        one_i64(&mut s, "SELECT count(*) FROM accounts WHERE balance < 0"),
+        0
+    );
+    eprintln!(
+        "bank: {} committed, {} gave up after retries",
+        committed.load(Ordering::Relaxed),
+        gave_up.load(Ordering::Relaxed)
+    );
+}

@@ -1,0 +1,304 @@
+//! Splits: the key space cut into contiguous ranges at row-tree boundaries.
+//!
+//! ```text
+//!   split 1            split 2                    split 3
+//!   [ "" ──────────────[ 20 T1 [k=40] ───────────[ 20 T2 ────────────── ∞ )
+//!     catalog, T1 rows    T1 rows k ≥ 40 with        rows of table T2
+//!     k < 40, their       their interleaved
+//!     children            children
+//! ```
+//!
+//! A split is the unit of load accounting and of commit: a transaction
+//! whose writes fall in one split commits with one atomic batch; one that
+//! touches several commits with two-phase commit (`spindle-txn`).
+//!
+//! ## Invariant
+//!
+//! Every split boundary is a *row-tree boundary*: the start of a root
+//! table's key range or the exact key of a root row. Since a root row's
+//! descendants all have its key as a prefix (`spindle_keys::key`), no row
+//! tree ever spans two splits. The map does not know the schema; the
+//! caller supplies [`Boundaries`], which maps any key to the key of the
+//! row tree containing it, and every cut goes through it.
+//!
+//! Split starts are persisted under one metadata key, so the layout
+//! survives restart; statistics are kept in memory and rebuilt on demand.
+
+use std::time::{Duration, Instant};
+
+/// Maps a key to the row-tree boundary at or before it: the key of its
+/// root row, or the key itself when it is not inside any row tree.
+pub trait Boundaries {
+    /// The root-row key of the row tree containing `key`.
+    fn root_of(&self, key: &[u8]) -> Vec<u8>;
+}
+
+/// Load counters over a sliding minute (two 30-second buckets).
+#[derive(Clone, Debug)]
+pub struct Rate {
+    bucket_start: Instant,
+    current: u64,
+    previous: u64,
+}
+
+impl Default for Rate {
+    fn default() -> Self {
+        Rate {
+            bucket_start: Instant::now(),
+            current: 0,
+            previous: 0,
+        }
+    }
+}
+
+const BUCKET: Duration = Duration::from_secs(30);
+
+impl Rate {
+    fn roll(&mut self) {
+        let elapsed = self.bucket_start.elapsed();
+        if elapsed >= BUCKET * 2 {
+            self.previous = 0;
+            self.current = 0;
+            self.bucket_start = Instant::now();
+        } else if elapsed >= BUCKET {
+            self.previous = self.current;
+            self.current = 0;
+            self.bucket_start += BUCKET;
+        }
+    }
+
+    pub fn add(&mut self, n: u64) {
+        self.roll();
+        self.current += n;
+    }
+
+    /// Events over roughly the last minute.
+    pub fn per_minute(&mut self) -> u64 {
+        self.roll();
+        self.current + self.previous
+    }
+}
+
+/// One split and its statistics.
+#[derive(Clone, Debug)]
+pub struct Split {
+    pub id: u64,
+    /// Inclusive start key; the split ends where the next one starts.
+    pub start: Vec<u8>,
+    /// Approximate live bytes (keys + values) and rows.
+    pub bytes: u64,
+    pub rows: u64,
+    pub reads: Rate,
+    pub writes: Rate,
+    /// A single row tree larger than the split threshold (cannot be cut).
+    pub oversized: bool,
+    /// Deletes since `bytes` was last recounted (deletes do not know the
+    /// size they freed).
+    pub dirty_deletes: u64,
+}
+
+impl Split {
+    fn new(id: u64, start: Vec<u8>) -> Split {
+        Split {
+            id,
+            start,
+            bytes: 0,
+            rows: 0,
+            reads: Rate::default(),
+            writes: Rate::default(),
+            oversized: false,
+            dirty_deletes: 0,
+        }
+    }
+}
+
+/// The ordered list of splits covering the whole key space.
+#[derive(Clone, Debug)]
+pub struct SplitMap {
+    splits: Vec<Split>,
+    next_id: u64,
+}
+
+impl Default for SplitMap {
+    fn default() -> Self {
+        SplitMap {
+            splits: vec![Split::new(1, Vec::new())],
+            next_id: 2,
+        }
+    }
+}
+
+impl SplitMap {
+    pub fn splits(&self) -> &[Split] {
+        &self.splits
+    }
+
+    pub fn splits_mut(&mut self) -> &mut [Split] {
+        &mut self.splits
+    }
+
+    pub fn len(&self) -> usize {
+        self.splits.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.splits.is_empty()
+    }
+
+    /// Index of the split containing `key`.
+    pub fn index_of(&self, key: &[u8]) -> usize {
+        // The first split starts at the empty key, so the result is >= 1.
+        self.splits
+            .partition_point(|s| s.start.as_slice() <= key)
+            .saturating_sub(1)
+    }
+
+    pub fn get(&self, idx: usize) -> Option<&Split> {
+        self.splits.get(idx)
+    }
+
+    /// End key (exclusive) of split `idx`; `None` for the last.
+    pub fn end_of(&self, idx: usize) -> Option<&[u8]> {
+        self.splits.get(idx + 1).map(|s| s.start.as_slice())
+    }
+
+    /// Cuts split `idx` at `at`, which the [`Boundaries`] must confirm is a
+    /// row-tree boundary strictly inside the split. Returns the new split's
+    /// id, or `None` if `at` is not a valid cut.
+    pub fn split_at(&mut self, idx: usize, at: Vec<u8>, b: &dyn Boundaries) -> Option<u64> {
+        let s = self.splits.get(idx)?;
+        if b.root_of(&at) != at
+            || at <= s.start
+            || self.end_of(idx).is_some_and(|e| at.as_slice() >= e)
+        {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.splits.insert(idx + 1, Split::new(id, at));
+        Some(id)
+    }
+
+    /// Merges split `idx + 1` into split `idx`.
+    pub fn merge_with_next(&mut self, idx: usize) -> bool {
+        if idx + 1 >= self.splits.len() {
+            return false;
+        }
+        let next = self.splits.remove(idx + 1);
+        let s = &mut self.splits[idx];
+        s.bytes += next.bytes;
+        s.rows += next.rows;
+        s.oversized = false;
+        true
+    }
+
+    /// Persisted form: `[next_id u64][count u32]` then per split
+    /// `[id u64][len u32][start bytes]`, all big-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&self.next_id.to_be_bytes());
+        out.extend_from_slice(&(self.splits.len() as u32).to_be_bytes());
+        for s in &self.splits {
+            out.extend_from_slice(&s.id.to_be_bytes());
+            out.extend_from_slice(&(s.start.len() as u32).to_be_bytes());
+            out.extend_from_slice(&s.start);
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<SplitMap> {
+        let mut pos = 0;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let s = bytes.get(pos..pos + n)?;
+            pos += n;
+            Some(s)
+        };
+        let next_id = u64::from_be_bytes(take(8)?.try_into().ok()?);
+        let count = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+        let mut splits = Vec::with_capacity(count.min(1 << 16));
+        for _ in 0..count {
+            let id = u64::from_be_bytes(take(8)?.try_into().ok()?);
+            let len = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+            splits.push(Split::new(id, take(len)?.to_vec()));
+        }
+        if splits.first().map(|s| s.start.is_empty()) != Some(true) {
+            return None;
+        }
+        Some(SplitMap { splits, next_id })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    /// Test keys: a root row is `[r]`, its descendants `[r, c, ...]`.
+    struct OneByteRoots;
+    impl Boundaries for OneByteRoots {
+        fn root_of(&self, key: &[u8]) -> Vec<u8> {
+            key.iter().take(1).copied().collect()
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(Vec<u8>),
+        Delete(usize),
+        Split(usize, usize),
+        Merge(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => proptest::collection::vec(any::<u8>(), 1..4).prop_map(Op::Insert),
+            1 => any::<usize>().prop_map(Op::Delete),
+            2 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Op::Split(a, b)),
+            1 => any::<usize>().prop_map(Op::Merge),
+        ]
+    }
+
+    proptest! {
+        /// Under random inserts, deletes, splits (at any proposed key,
+        /// snapped to its row tree) and merges, no row tree spans two splits.
+        #[test]
+        fn no_row_tree_spans_two_splits(ops in proptest::collection::vec(op(), 1..80)) {
+            let b = OneByteRoots;
+            let mut map = SplitMap::default();
+            let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k) => { keys.insert(k); }
+                    Op::Delete(i) => {
+                        if let Some(k) = keys.iter().nth(i % keys.len().max(1)).cloned() { keys.remove(&k); }
+                    }
+                    Op::Split(i, j) => {
+                        let idx = i % map.len();
+                        // Propose a cut at some live key; snap it to its tree.
+                        if let Some(k) = keys.iter().nth(j % keys.len().max(1)) {
+                            let at = b.root_of(k);
+                            map.split_at(idx, at, &b);
+                        }
+                        // A cut inside a row tree is always refused.
+                        if let Some(k) = keys.iter().find(|k| k.len() > 1) {
+                            let idx = map.index_of(k);
+                            prop_assert!(map.split_at(idx, k.clone(), &b).is_none());
+                        }
+                    }
+                    Op::Merge(i) => { map.merge_with_next(i % map.len()); }
+                }
+                for k in &keys {
+                    prop_assert_eq!(map.index_of(k), map.index_of(&b.root_of(k)));
+                }
+                for w in map.splits().windows(2) {
+                    prop_assert!(w[0].start < w[1].start);
+                    prop_assert_eq!(b.root_of(&w[1].start), w[1].start.clone());
+                }
+            }
+            let back = SplitMap::decode(&map.encode()).unwrap();
+            prop_assert_eq!(back.splits().iter().map(|s| (s.id, s.start.clone())).collect::<Vec<_>>(),
+                            map.splits().iter().map(|s| (s.id, s.start.clone())).collect::<Vec<_>>());
+        }
+    }
+}
