@@ -1,0 +1,226 @@
+//! Splits and two-phase commit at the transaction layer: automatic splits
+//! at row-tree boundaries, one-phase vs two-phase commits, and recovery
+//! after a crash at every step of two-phase commit.
+
+use std::sync::Arc;
+
+use spindle_catalog::{
+    Catalog, ColumnDef, Interleave, InterleaveKind, KeyColumn, OnDelete, TableDef,
+};
+use spindle_keys::{DataType, Direction, Value};
+use spindle_storage::Store;
+use spindle_txn::{CrashPoint, Error, TxnManager};
+
+const ACCOUNTS: i64 = 40;
+
+fn schema() -> Catalog {
+    let mut c = Catalog::new();
+    let col = |n: &str| ColumnDef {
+        name: n.into(),
+        data_type: DataType::Int64,
+        nullable: false,
+        default: None,
+    };
+    let key = |names: &[&str]| -> Vec<KeyColumn> {
+        names
+            .iter()
+            .map(|n| KeyColumn {
+                name: n.to_string(),
+                direction: Direction::Asc,
+            })
+            .collect()
+    };
+    c.create_table(TableDef {
+        name: "accounts".into(),
+        columns: vec![col("id")],
+        primary_key: key(&["id"]),
+        interleave: None,
+    })
+    .unwrap();
+    c.create_table(TableDef {
+        name: "entries".into(),
+        columns: vec![col("id"), col("seq")],
+        primary_key: key(&["id", "seq"]),
+        interleave: Some(Interleave {
+            parent: "accounts".into(),
+            kind: InterleaveKind::InParent,
+            on_delete: OnDelete::Cascade,
+        }),
+    })
+    .unwrap();
+    c
+}
+
+fn account_key(c: &Catalog, id: i64) -> Vec<u8> {
+    c.encode_key("accounts", &[Value::Int64(id)]).unwrap()
+}
+
+fn entry_key(c: &Catalog, id: i64, seq: i64) -> Vec<u8> {
+    c.encode_key("entries", &[Value::Int64(id), Value::Int64(seq)])
+        .unwrap()
+}
+
+fn balance(m: &Arc<TxnManager>, c: &Catalog, id: i64) -> i64 {
+    let t = m.begin().unwrap();
+    let v = t.get(&account_key(c, id)).unwrap().unwrap();
+    String::from_utf8(v).unwrap().parse().unwrap()
+}
+
+/// Opens a database with accounts of 100 each, each with a few interleaved
+/// entries, spread over several splits by a small split threshold.
+fn setup(dir: &std::path::Path) -> (Arc<TxnManager>, Catalog) {
+    let m = TxnManager::new(Store::open(dir).unwrap()).unwrap();
+    m.set_split_threshold(2_000);
+    let c = schema();
+    let mut t = m.begin().unwrap();
+    t.set_catalog(c.clone());
+    t.commit().unwrap();
+    for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(4) {
+        let mut t = m.begin().unwrap();
+        for id in chunk {
+            t.put(account_key(&c, *id), b"100".to_vec());
+            for seq in 0..3 {
+                t.put(entry_key(&c, *id, seq), vec![b'e'; 40]);
+            }
+        }
+        t.commit().unwrap();
+    }
+    (m, c)
+}
+
+fn split_index(starts: &[Vec<u8>], key: &[u8]) -> usize {
+    starts.partition_point(|s| s.as_slice() <= key) - 1
+}
+
+#[test]
+fn splits_cut_only_between_row_trees() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, c) = setup(dir.path());
+    let stats = m.split_stats().unwrap();
+    assert!(
+        stats.len() >= 4,
+        "a small threshold splits the table: {} splits",
+        stats.len()
+    );
+    let starts: Vec<Vec<u8>> = stats.iter().map(|s| s.start.clone()).collect();
+    for id in 0..ACCOUNTS {
+        let root = split_index(&starts, &account_key(&c, id));
+        for seq in 0..3 {
+            assert_eq!(
+                split_index(&starts, &entry_key(&c, id, seq)),
+                root,
+                "row tree {id} spans splits"
+            );
+        }
+    }
+    assert!(stats.iter().all(|s| s.bytes <= 4_000 || s.oversized));
+    assert!(stats.iter().map(|s| s.rows).sum::<u64>() >= (ACCOUNTS * 4) as u64 - 4);
+    // The layout survives a restart.
+    drop(m);
+    let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+    let again: Vec<Vec<u8>> = m
+        .split_stats()
+        .unwrap()
+        .iter()
+        .map(|s| s.start.clone())
+        .collect();
+    assert_eq!(again, starts);
+}
+
+#[test]
+fn one_split_commits_in_one_phase_and_several_in_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, c) = setup(dir.path());
+    let mut t = m.begin().unwrap();
+    t.put(account_key(&c, 0), b"99".to_vec());
+    t.put(entry_key(&c, 0, 9), b"x".to_vec());
+    let info = t.commit().unwrap().unwrap();
+    assert!(!info.two_phase);
+    assert_eq!(info.splits.len(), 1);
+    let mut t = m.begin().unwrap();
+    t.put(account_key(&c, 0), b"98".to_vec());
+    t.put(account_key(&c, ACCOUNTS - 1), b"102".to_vec());
+    let info = t.commit().unwrap().unwrap();
+    assert!(info.two_phase);
+    assert_eq!(info.splits.len(), 2);
+    assert_eq!(balance(&m, &c, 0), 98);
+    assert_eq!(balance(&m, &c, ACCOUNTS - 1), 102);
+}
+
+/// A transfer between accounts in different splits, stopped at each step of
+/// two-phase commit; after reopening, it is either entirely there or not at
+/// all, and no prepared or decision record is left.
+#[test]
+fn crash_at_every_step_of_two_phase_commit_is_all_or_nothing() {
+    let points = [
+        (CrashPoint::BeforePrepare, false),
+        (CrashPoint::AfterPrepare(1), false),
+        (CrashPoint::AfterPrepare(2), false),
+        (CrashPoint::AfterDecision, true),
+        (CrashPoint::AfterApply(1), true),
+        (CrashPoint::AfterApply(2), true),
+    ];
+    for (point, committed) in points {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, c) = setup(dir.path());
+        let (a, b) = (1, ACCOUNTS - 2);
+        let mut t = m.begin().unwrap();
+        t.put(account_key(&c, a), b"70".to_vec());
+        t.put(account_key(&c, b), b"130".to_vec());
+        t.put(entry_key(&c, a, 100), b"transfer out".to_vec());
+        t.put(entry_key(&c, b, 100), b"transfer in".to_vec());
+        m.inject_crash(Some(point));
+        match t.commit() {
+            Err(Error::Crashed(p)) => assert_eq!(p, point),
+            other => panic!("expected a crash at {point:?}, got {other:?}"),
+        }
+        // The "dead" process refuses further commits.
+        let mut t2 = m.begin().unwrap();
+        t2.put(account_key(&c, 5), b"0".to_vec());
+        assert!(t2.commit().is_err());
+        drop(t2);
+        drop(t);
+        drop(m);
+
+        let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+        let (ba, bb) = (balance(&m, &c, a), balance(&m, &c, b));
+        if committed {
+            assert_eq!(
+                (ba, bb),
+                (70, 130),
+                "{point:?}: the decided transaction must be complete"
+            );
+        } else {
+            assert_eq!(
+                (ba, bb),
+                (100, 100),
+                "{point:?}: the undecided transaction must be gone"
+            );
+        }
+        let t = m.begin().unwrap();
+        assert_eq!(
+            t.get(&entry_key(&c, a, 100)).unwrap().is_some(),
+            committed,
+            "{point:?}"
+        );
+        assert_eq!(
+            t.get(&entry_key(&c, b, 100)).unwrap().is_some(),
+            committed,
+            "{point:?}"
+        );
+        let total: i64 = (0..ACCOUNTS).map(|id| balance(&m, &c, id)).sum();
+        assert_eq!(total, ACCOUNTS * 100, "{point:?}");
+        assert!(
+            m.store().meta_scan("prep/").unwrap().is_empty(),
+            "{point:?}"
+        );
+        assert!(
+            m.store().meta_scan("decision/").unwrap().is_empty(),
+            "{point:?}"
+        );
+        // And the database keeps working.
+        let mut t = m.begin().unwrap();
+        t.put(account_key(&c, a), b"100".to_vec());
+        t.commit().unwrap();
+    }
+}
