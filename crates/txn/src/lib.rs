@@ -326,14 +326,16 @@ impl TxnManager {
             let Some(idx) = map.splits().iter().position(|s| s.id == *id) else {
                 continue;
             };
-            let (bytes, deletes, writes_pm) = {
+            let (bytes, rows, deletes, writes_pm) = {
                 let s = &mut map.splits_mut()[idx];
-                (s.bytes, s.dirty_deletes, s.writes.per_minute())
+                (s.bytes, s.rows, s.dirty_deletes, s.writes.per_minute())
             };
             let load = writes_pm >= LOAD_SPLIT_WRITES_PER_MINUTE;
-            let recount = bytes > threshold
-                || load
-                || (deletes > 0 && (bytes < threshold / 4 || deletes >= 1024));
+            // Sizes only grow between recounts; deletes make them stale, so
+            // recount once a good share of the split may be gone.
+            let shrunk =
+                deletes > 0 && (bytes < threshold / 4 || deletes * 2 >= rows || deletes >= 1024);
+            let recount = bytes > threshold || load || shrunk;
             if !recount {
                 continue;
             }
