@@ -137,6 +137,21 @@ impl Store {
         Ok(())
     }
 
+    /// Applies one batch atomically without waiting for the disk; a later
+    /// [`Store::flush`] makes it durable (group commit).
+    pub fn apply_unsynced(&self, batch: Batch) -> Result<()> {
+        self.db.apply_batch(batch.inner)?;
+        Ok(())
+    }
+
+    /// Makes everything applied so far durable.
+    pub fn flush(&self) -> Result<()> {
+        if !self.temporary {
+            self.db.flush()?;
+        }
+        Ok(())
+    }
+
     /// Makes commits up to `ts` visible to new snapshots.
     pub fn publish(&self, ts: Timestamp) {
         self.visible_ts.fetch_max(ts, Ordering::AcqRel);

@@ -115,6 +115,12 @@ pub struct TxnManager {
     split_threshold: AtomicU64,
     crash_at: Mutex<Option<CrashPoint>>,
     crashed: AtomicBool,
+    /// Group commit: commits are applied under the commit lock but flushed
+    /// outside it, one flush covering every commit applied before it.
+    group_commit: AtomicBool,
+    flush_lock: Mutex<()>,
+    applied_ts: AtomicU64,
+    durable_ts: AtomicU64,
 }
 
 /// Default split size threshold (bytes of keys and values).
@@ -203,6 +209,10 @@ impl TxnManager {
             split_threshold: AtomicU64::new(DEFAULT_SPLIT_THRESHOLD),
             crash_at: Mutex::new(None),
             crashed: AtomicBool::new(false),
+            group_commit: AtomicBool::new(true),
+            flush_lock: Mutex::new(()),
+            applied_ts: AtomicU64::new(ts),
+            durable_ts: AtomicU64::new(ts),
         }))
     }
 
@@ -213,6 +223,30 @@ impl TxnManager {
     /// Sets the size above which a split is cut in two.
     pub fn set_split_threshold(&self, bytes: u64) {
         self.split_threshold.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Turns group commit on (the default) or off (one flush per commit,
+    /// the baseline the commit benchmark compares against).
+    pub fn set_group_commit(&self, on: bool) {
+        self.group_commit.store(on, Ordering::Relaxed);
+    }
+
+    /// Waits until the commit at `ts` is on disk, flushing if no other
+    /// committer already did, then makes it visible. Commits that queue up
+    /// behind one flush share the next one.
+    fn make_durable(&self, ts: Timestamp) -> Result<()> {
+        if self.durable_ts.load(Ordering::Acquire) < ts {
+            let _flush = self.flush_lock.lock().map_err(|_| Error::Poisoned)?;
+            if self.durable_ts.load(Ordering::Acquire) < ts {
+                // Everything applied before this point is covered.
+                let target = self.applied_ts.load(Ordering::Acquire);
+                self.store.flush()?;
+                self.durable_ts.fetch_max(target, Ordering::AcqRel);
+            }
+        }
+        // Every commit up to the durable timestamp is applied and on disk.
+        self.store.publish(self.durable_ts.load(Ordering::Acquire));
+        Ok(())
     }
 
     /// Stops the next commit that reaches `point`, as a crash would (tests).
@@ -709,13 +743,33 @@ impl Transaction {
             splits: groups.iter().map(|(i, _)| splits.splits()[*i].id).collect(),
             two_phase: groups.len() > 1,
         };
+        let group_commit = self.mgr.group_commit.load(Ordering::Relaxed);
         let result = if groups.len() == 1 {
             self.mgr
                 .check_crash(CrashPoint::BeforePrepare)
-                .and_then(|_| Ok(self.mgr.store.commit(ts, &groups[0].1)?))
+                .and_then(|_| {
+                    let mut b = Batch::default();
+                    b.versions(ts, &groups[0].1);
+                    b.set_last_commit_ts(ts);
+                    if group_commit {
+                        self.mgr.store.apply_unsynced(b)?;
+                    } else {
+                        self.mgr.store.apply(b)?;
+                        self.mgr.durable_ts.fetch_max(ts, Ordering::AcqRel);
+                        self.mgr.store.publish(ts);
+                    }
+                    Ok(())
+                })
         } else {
-            self.mgr.two_phase_commit(ts, &groups, &splits)
+            self.mgr
+                .two_phase_commit(ts, &groups, &splits)
+                .inspect(|_| {
+                    self.mgr.durable_ts.fetch_max(ts, Ordering::AcqRel);
+                })
         };
+        if result.is_ok() {
+            self.mgr.applied_ts.fetch_max(ts, Ordering::AcqRel);
+        }
         if let Err(e) = result {
             if let Some(prev) = previous {
                 if let Ok(mut cached) = self.mgr.catalog.write() {
@@ -770,6 +824,12 @@ impl Transaction {
         }
         self.mgr
             .maintain_splits(&mut splits, &touched, &catalog, ts);
+        drop(splits);
+        drop(log);
+        // Outside the commit lock: share a flush with concurrent commits.
+        if group_commit && !info.two_phase {
+            self.mgr.make_durable(ts)?;
+        }
         Ok(Some(info))
     }
 }
