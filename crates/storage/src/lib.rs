@@ -30,8 +30,8 @@
 //!
 //! Logical keys must never start with `FF` (reserved for metadata) and a
 //! logical key is never followed by `00` inside another logical key (row
-//! keys continue only with a table marker). Old versions are kept; garbage
-//! collection arrives with the transaction issue.
+//! keys continue only with a table marker). Versions no snapshot can read
+//! any more are removed by [`Store::gc`].
 
 pub mod splits;
 
@@ -197,6 +197,54 @@ impl Store {
             ts,
             last: None,
         }
+    }
+
+    /// Removes versions no snapshot at or after `horizon` can read: for each
+    /// key, every version older than the newest one at or below `horizon`,
+    /// and that one too if it is a tombstone. Returns how many versions it
+    /// removed. Readers at `horizon` or later see exactly what they saw
+    /// before.
+    pub fn gc(&self, horizon: Timestamp) -> Result<u64> {
+        let mut removed = 0u64;
+        let mut batch = sled::Batch::default();
+        let mut pending = 0;
+        // The logical key being walked, and whether its visible-at-horizon
+        // version has been passed (everything after it is garbage).
+        let mut current: Option<Vec<u8>> = None;
+        let mut past_horizon_version = false;
+        for item in self.db.range(..META_PREFIX.to_vec()) {
+            let (pk, v) = item?;
+            let (key, ts) = split_physical(&pk)?;
+            if current.as_deref() != Some(key) {
+                current = Some(key.to_vec());
+                past_horizon_version = false;
+            }
+            if ts > horizon {
+                continue;
+            }
+            let garbage = if past_horizon_version {
+                true
+            } else {
+                past_horizon_version = true;
+                // The newest version at or below the horizon: a tombstone
+                // there hides nothing anyone can still read.
+                v.first() == Some(&0)
+            };
+            if garbage {
+                batch.remove(pk);
+                removed += 1;
+                pending += 1;
+                if pending >= 4096 {
+                    self.db.apply_batch(std::mem::take(&mut batch))?;
+                    pending = 0;
+                }
+            }
+        }
+        if pending > 0 {
+            self.db.apply_batch(batch)?;
+        }
+        debug!(horizon, removed, "garbage collected");
+        Ok(removed)
     }
 
     /// Reads an unversioned metadata value.
@@ -394,6 +442,31 @@ mod tests {
             .unwrap();
         let keys: Vec<Vec<u8>> = s.scan(&parent, None, 2).map(|r| r.unwrap().0).collect();
         assert_eq!(keys, vec![parent, child]);
+    }
+
+    #[test]
+    fn gc_keeps_what_snapshots_at_the_horizon_can_read() {
+        let s = Store::open_temporary().unwrap();
+        s.commit(
+            1,
+            &[
+                (k("a"), Some(b"a1".to_vec())),
+                (k("b"), Some(b"b1".to_vec())),
+            ],
+        )
+        .unwrap();
+        s.commit(2, &[(k("a"), Some(b"a2".to_vec())), (k("b"), None)])
+            .unwrap();
+        s.commit(3, &[(k("a"), Some(b"a3".to_vec()))]).unwrap();
+        let before: Vec<_> = (2..=3).map(|ts| scan(&s, ts)).collect();
+        // Horizon 2: a1 and b1 are unreadable; b's tombstone at 2 goes too.
+        assert_eq!(s.gc(2).unwrap(), 3);
+        let after: Vec<_> = (2..=3).map(|ts| scan(&s, ts)).collect();
+        assert_eq!(before, after);
+        assert_eq!(s.get(&k("a"), 2).unwrap(), Some(b"a2".to_vec()));
+        assert_eq!(s.gc(2).unwrap(), 0);
+        assert_eq!(s.gc(3).unwrap(), 1);
+        assert_eq!(scan(&s, 3), vec![("a".into(), "a3".into())]);
     }
 
     #[test]
