@@ -2,16 +2,18 @@
 //!
 //! * `spindle shell [--data-dir DIR | --in-memory] [-c SQL | -f FILE]`: a SQL
 //!   shell on an embedded database (also what `spindle` alone runs).
+//! * `spindle serve [--data-dir DIR | --in-memory] [--listen ADDR]`: the
+//!   PostgreSQL wire-protocol server (`spindle-server`).
 //!
 //! Each subcommand lives in its own module with a `clap::Args` struct and a
-//! `run` function returning the exit status; the Postgres wire server
-//! (`spindle serve`) will be added next to the shell the same way.
+//! `run` function returning the exit status.
 //!
 //! Diagnostics go to stderr through `tracing`, filtered by `RUST_LOG`
 //! (default `warn`).
 
 mod format;
 mod repl;
+mod serve;
 mod shell;
 mod split;
 
@@ -39,6 +41,8 @@ enum Command {
     /// Interactive when stdin is a terminal; otherwise runs the statements
     /// read from stdin, one after another.
     Shell(shell::ShellArgs),
+    /// Serve the database over the PostgreSQL wire protocol (psql, drivers).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| Command::Shell(shell::ShellArgs::default()))
     {
         Command::Shell(args) => shell::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }
 

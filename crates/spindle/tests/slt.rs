@@ -8,6 +8,9 @@
 //!   temporary directory (`embedded-disk`), the others in memory
 //!   (`embedded`). Records may use the labels `spindle` and the backend name
 //!   in `skipif`/`onlyif`.
+//!   Every own file also runs on the `wire` backend (`wire-disk` with
+//!   `RESTART DATABASE`): a `spindle-server` started by the test, reached
+//!   with tokio-postgres (`slt/wire.rs`).
 //! * `<backend>::sqlite/select{1,2,3}.test` — SQLite's corpus
 //!   (`../shared/sqllogictest/sqlite`, see its README): must pass completely.
 //! * `<backend>::sqlite-report/...` — the rest of the corpus (select4,
@@ -32,6 +35,8 @@ mod backend;
 mod format;
 #[path = "slt/run.rs"]
 mod run;
+#[path = "slt/wire.rs"]
+mod wire;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -102,6 +107,9 @@ fn main() {
 
     let memory: Arc<dyn Backend> = Arc::new(Embedded { persistent: false });
     let disk: Arc<dyn Backend> = Arc::new(Embedded { persistent: true });
+    // Every own file also runs over the PostgreSQL wire protocol.
+    let wire: Arc<dyn Backend> = Arc::new(wire::Wire { persistent: false });
+    let wire_disk: Arc<dyn Backend> = Arc::new(wire::Wire { persistent: true });
 
     let mut specs: Vec<FileSpec> = Vec::new();
 
@@ -154,7 +162,9 @@ fn main() {
         if uses_restart(&path) {
             assert!(disk.persistent());
             backends.push(disk.clone());
+            backends.push(wire_disk.clone());
         } else {
+            backends.push(wire.clone());
             backends.push(memory.clone());
             if also_disk {
                 backends.push(disk.clone());

@@ -47,6 +47,13 @@ pub enum Error {
     InFailedTransaction,
     #[error("{0}")]
     UndefinedParameter(String),
+    /// An unknown configuration parameter (or other named object).
+    #[error("{0}")]
+    UndefinedObject(String),
+    #[error("{0}")]
+    InvalidParameterValue(String),
+    #[error("{0}")]
+    CantChangeRuntimeParam(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -114,6 +121,9 @@ impl Error {
             Error::ReadOnly(_) => "25006",
             Error::InvalidConflictTarget => "42P10",
             Error::UndefinedParameter(_) => "42P02",
+            Error::UndefinedObject(_) => "42704",
+            Error::InvalidParameterValue(_) => "22023",
+            Error::CantChangeRuntimeParam(_) => "55P02",
             Error::Internal(_) => "XX000",
         }
     }

@@ -17,12 +17,15 @@
 
 pub mod bind;
 pub mod ddl;
+pub mod describe;
 pub mod dml;
 pub mod error;
 pub mod info_schema;
 pub mod parser;
+pub mod pg_catalog;
 pub mod provider;
 pub mod session;
+pub mod settings;
 pub mod subquery;
 pub mod types;
 

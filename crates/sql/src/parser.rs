@@ -67,6 +67,8 @@ pub enum Statement {
     Delete(Box<ast::Delete>),
     /// A query (or EXPLAIN) planned and run by DataFusion.
     Query(Box<ast::Statement>),
+    /// SET / SHOW / RESET of a session parameter ([`crate::settings`]).
+    Setting(crate::settings::SettingStatement),
 }
 
 impl Statement {
@@ -83,6 +85,11 @@ impl Statement {
             Statement::Update(_) => "UPDATE",
             Statement::Delete(_) => "DELETE",
             Statement::Query(_) => "SELECT",
+            Statement::Setting(crate::settings::SettingStatement::Show { .. })
+            | Statement::Setting(crate::settings::SettingStatement::ShowAll) => "SHOW",
+            Statement::Setting(crate::settings::SettingStatement::Set { value: None, .. })
+            | Statement::Setting(crate::settings::SettingStatement::ResetAll) => "RESET",
+            Statement::Setting(_) => "SET",
         }
     }
 }
@@ -181,6 +188,9 @@ fn parse_statement(p: &mut Parser) -> Result<Statement> {
             }),
             other => Err(Error::Internal(format!("INSERT parsed as {other}"))),
         };
+    }
+    if let Some(setting) = crate::settings::parse(p) {
+        return setting.map(Statement::Setting);
     }
     let stmt = p.parse_statement().map_err(syntax)?;
     classify(stmt)

@@ -83,10 +83,11 @@ impl Engine {
             .with_information_schema(false)
             .with_target_partitions(2)
             .with_batch_size(8192);
-        let base = SessionStateBuilder::new()
+        let mut base = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
             .build();
+        crate::pg_catalog::register_functions(&mut base)?;
         Ok(Arc::new(Engine { mgr, base }))
     }
 
@@ -96,6 +97,7 @@ impl Engine {
             txn: None,
             failed: false,
             read_only: false,
+            settings: crate::settings::Settings::default(),
         }
     }
 
@@ -260,9 +262,12 @@ impl StatementContext {
                 let (schema, batches) = self.query(*q, false).await?;
                 Ok(Output::Rows { schema, batches })
             }
-            Statement::Begin { .. } | Statement::Commit | Statement::Rollback => Err(
-                Error::Internal("transaction control reached StatementContext::run".into()),
-            ),
+            Statement::Begin { .. }
+            | Statement::Commit
+            | Statement::Rollback
+            | Statement::Setting(_) => Err(Error::Internal(
+                "transaction control reached StatementContext::run".into(),
+            )),
         }
     }
 }
@@ -292,7 +297,7 @@ pub(crate) async fn run_plan(
 /// `NUMERIC` without precision means Spindle's NUMERIC, DECIMAL(38, 9)
 /// (DataFusion would pick a scale of 10, which cannot hold 29 integer
 /// digits).
-fn spindle_numeric_casts(stmt: &mut ast::Statement) {
+pub(crate) fn spindle_numeric_casts(stmt: &mut ast::Statement) {
     use ast::{DataType as T, ExactNumberInfo as E};
     let _ = ast::visit_expressions_mut(stmt, |e| {
         if let ast::Expr::Cast {
@@ -311,7 +316,7 @@ fn spindle_numeric_casts(stmt: &mut ast::Statement) {
 /// is `?column?`. DataFusion would name them after their expression
 /// (`Int64(1) + Int64(1)`) and refuses two equal names, which PostgreSQL
 /// allows (`SELECT a+1, a+1`), so repeats get a numeric suffix.
-fn unique_output_names(body: &mut ast::SetExpr) {
+pub(crate) fn unique_output_names(body: &mut ast::SetExpr) {
     match body {
         ast::SetExpr::Select(select) => {
             let mut seen = std::collections::HashMap::<String, usize>::new();
@@ -382,6 +387,8 @@ pub struct Session {
     /// (or COMMIT, which rolls back) is accepted.
     failed: bool,
     read_only: bool,
+    /// Session parameters (SET / SHOW).
+    settings: crate::settings::Settings,
 }
 
 impl Session {
@@ -395,6 +402,20 @@ impl Session {
 
     pub fn transaction_failed(&self) -> bool {
         self.failed
+    }
+
+    pub fn settings(&self) -> &crate::settings::Settings {
+        &self.settings
+    }
+
+    pub fn settings_mut(&mut self) -> &mut crate::settings::Settings {
+        &mut self.settings
+    }
+
+    /// Parameter types and result columns of `sql` without running it
+    /// (the wire protocol's Describe); see [`crate::describe`].
+    pub async fn describe(&self, sql: &str) -> Result<crate::describe::Description> {
+        crate::describe::describe(&self.engine, self.txn.clone(), sql).await
     }
 
     /// Runs every statement of `sql` with positional parameters `$1…`,
@@ -424,7 +445,10 @@ impl Session {
         Ok(out)
     }
 
-    fn fail(&mut self) {
+    /// Marks an open transaction block failed (25P02 until ROLLBACK), as
+    /// after an error the session did not see (the wire server's protocol
+    /// errors). Outside a transaction block it does nothing.
+    pub fn fail(&mut self) {
         if self.txn.is_some() {
             self.failed = true;
         }
@@ -460,6 +484,16 @@ impl Session {
                 self.txn = None;
                 self.failed = false;
                 Ok(Output::command("ROLLBACK"))
+            }
+            Statement::Setting(setting) => {
+                if self.failed {
+                    return Err(Error::InFailedTransaction);
+                }
+                let tag = Statement::Setting(setting.clone()).tag();
+                match self.settings.apply(&setting)? {
+                    None => Ok(Output::command(tag)),
+                    Some((columns, rows)) => crate::describe::string_rows(&columns, rows),
+                }
             }
             stmt => {
                 if self.failed {

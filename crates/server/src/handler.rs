@@ -1,0 +1,976 @@
+//! The per-connection protocol handlers: startup and authentication, the
+//! simple query protocol, the extended protocol (Parse/Bind/Describe/
+//! Execute/Sync) and errors.
+//!
+//! pgwire drives the message loop and keeps the prepared statements and
+//! portals; everything that touches the database goes through the
+//! connection's one [`spindle_sql::Session`] (behind an async mutex: one
+//! statement at a time per connection).
+//!
+//! Transaction status in ReadyForQuery always comes from the session
+//! ([`status`]): `I` outside a transaction block, `T` inside, `E` when it
+//! has failed.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::{BufMut, BytesMut};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::future::{select, Either};
+use futures::{Sink, SinkExt};
+use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
+    LoginInfo, Password, ServerParameterProvider, StartupHandler,
+};
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
+    Response, Tag,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager,
+    ErrorHandler, NoopHandler, PgWireConnectionState, PgWireServerHandlers, PidSecretKeyGenerator,
+    RandomPidSecretKeyGenerator, Type, DEFAULT_NAME,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::{DataRow, FieldDescription, RowDescription};
+use pgwire::messages::extendedquery::{Bind, BindComplete, Execute, Sync as PgSync};
+use pgwire::messages::response::{
+    CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
+};
+use pgwire::messages::simplequery::Query;
+use pgwire::messages::startup::ParameterStatus;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use spindle_keys::Value;
+use spindle_sql::{Engine, Output, Session};
+use tokio::sync::{Mutex, RwLock};
+use tracing::{debug, info_span, warn, Instrument};
+
+use crate::types;
+
+/// What every connection of one server shares.
+pub(crate) struct Shared {
+    pub engine: Arc<Engine>,
+    /// When set, clients must authenticate with SCRAM-SHA-256.
+    pub password: Option<String>,
+    pub connections: Arc<ConnectionManager>,
+    /// Held (shared) by each running statement; shutdown takes it
+    /// exclusively, so it waits for statements in flight.
+    pub in_flight: RwLock<()>,
+    pub pids: RandomPidSecretKeyGenerator,
+}
+
+/// One client connection.
+pub(crate) struct Conn {
+    pub shared: Arc<Shared>,
+    pub session: Mutex<Session>,
+}
+
+/// The handlers of one connection (pgwire asks for them once per socket).
+pub(crate) struct Handlers {
+    handler: Arc<Handler>,
+}
+
+impl Handlers {
+    pub fn new(conn: Arc<Conn>) -> Self {
+        Handlers {
+            handler: Arc::new(Handler { conn }),
+        }
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(Startup::new(self.handler.conn.clone()))
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(
+            self.handler.conn.shared.connections.clone(),
+        ))
+    }
+
+    fn error_handler(&self) -> Arc<impl ErrorHandler> {
+        Arc::new(LogErrors)
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        Arc::new(NoopHandler)
+    }
+}
+
+/// Logs protocol-level errors pgwire turns into ErrorResponses. Statement
+/// errors are logged in [`statement_error`]; nothing is logged twice.
+struct LogErrors;
+
+impl ErrorHandler for LogErrors {
+    fn on_error<C: ClientInfo>(&self, _client: &C, error: &mut PgWireError) {
+        // PostgreSQL's codes and wording for unknown names.
+        let named = |n: &str| {
+            if n == DEFAULT_NAME {
+                String::new()
+            } else {
+                n.to_string()
+            }
+        };
+        let replacement = match &*error {
+            PgWireError::PortalNotFound(n) => Some(user_error(
+                "34000",
+                format!("portal \"{}\" does not exist", named(n)),
+            )),
+            PgWireError::StatementNotFound(n) => Some(user_error(
+                "26000",
+                format!("prepared statement \"{}\" does not exist", named(n)),
+            )),
+            _ => None,
+        };
+        if let Some(r) = replacement {
+            *error = r;
+        }
+        debug!(%error, "protocol error");
+    }
+}
+
+/// The ReadyForQuery status of a session.
+pub(crate) fn status(s: &Session) -> TransactionStatus {
+    if !s.in_transaction() {
+        TransactionStatus::Idle
+    } else if s.transaction_failed() {
+        TransactionStatus::Error
+    } else {
+        TransactionStatus::Transaction
+    }
+}
+
+fn user_error(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".into(),
+        code.into(),
+        message.into(),
+    )))
+}
+
+/// A statement's error as sent to the client, logged once here.
+fn statement_error(e: &spindle_sql::Error) -> ErrorInfo {
+    let code = e.sqlstate();
+    if code.starts_with("XX") {
+        warn!(error = %e, sqlstate = code, "internal error");
+    } else {
+        debug!(error = %e, sqlstate = code, "statement failed");
+    }
+    ErrorInfo::new("ERROR".into(), code.into(), e.to_string())
+}
+
+fn to_pg(e: &spindle_sql::Error) -> PgWireError {
+    PgWireError::UserError(Box::new(statement_error(e)))
+}
+
+/// Receives a CancelRequest for this connection's running statement.
+async fn cancel_receiver<C: ClientInfo>(
+    client: &C,
+) -> Option<futures::channel::oneshot::Receiver<()>> {
+    let handle = client.session_extensions().get::<Arc<ConnectionHandle>>()?;
+    Some(handle.start_query().await)
+}
+
+fn canceled() -> ErrorInfo {
+    ErrorInfo::new(
+        "ERROR".into(),
+        "57014".into(),
+        "canceling statement due to user request".into(),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Startup and authentication
+
+/// Startup parameters that are not session parameters.
+const STARTUP_ONLY: &[&str] = &["user", "database", "replication", "options"];
+
+struct Startup {
+    conn: Arc<Conn>,
+    scram: Option<SASLAuthStartupHandler<Params>>,
+}
+
+impl Startup {
+    fn new(conn: Arc<Conn>) -> Self {
+        let scram = conn.shared.password.as_ref().map(|pw| {
+            let source = Arc::new(PasswordSource {
+                password: pw.clone(),
+            });
+            SASLAuthStartupHandler::new(Arc::new(Params { conn: conn.clone() }))
+                .with_scram(ScramAuth::new(source))
+                .with_connection_manager(conn.shared.connections.clone())
+        });
+        Startup { conn, scram }
+    }
+
+    /// Applies the startup packet's parameters (and `options=-c k=v`) to
+    /// the session. Unknown parameters are ignored, as clients send some
+    /// that only matter to PostgreSQL; invalid values end the connection.
+    async fn apply_parameters(
+        &self,
+        params: &std::collections::BTreeMap<String, String>,
+    ) -> PgWireResult<()> {
+        let mut session = self.conn.session.lock().await;
+        let mut pairs: Vec<(String, String)> = params
+            .iter()
+            .filter(|(k, _)| !STARTUP_ONLY.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Some(options) = params.get("options") {
+            let words: Vec<&str> = options.split_whitespace().collect();
+            let mut i = 0;
+            while i < words.len() {
+                let kv = match words[i] {
+                    "-c" => {
+                        i += 1;
+                        words.get(i).copied()
+                    }
+                    w => w.strip_prefix("-c").or_else(|| w.strip_prefix("--")),
+                };
+                if let Some((k, v)) = kv.and_then(|kv| kv.split_once('=')) {
+                    pairs.push((k.replace('-', "_"), v.to_string()));
+                }
+                i += 1;
+            }
+        }
+        if let Some(user) = params.get("user") {
+            let _ = session
+                .settings_mut()
+                .set("session_authorization", Some(user));
+        }
+        for (k, v) in pairs {
+            if let Err(e) = session.settings_mut().set(&k, Some(&v)) {
+                if e.sqlstate() == "42704" || e.sqlstate() == "55P02" {
+                    debug!(parameter = %k, "ignoring startup parameter");
+                    continue;
+                }
+                return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "FATAL".into(),
+                    e.sqlstate().into(),
+                    e.to_string(),
+                ))));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let PgWireFrontendMessage::Startup(startup) = &message {
+            self.apply_parameters(&startup.parameters).await?;
+            debug!(
+                user = startup.parameters.get("user").map(String::as_str),
+                database = startup.parameters.get("database").map(String::as_str),
+                "startup"
+            );
+        }
+        if let Some(scram) = &self.scram {
+            return scram.on_startup(client, message).await;
+        }
+        // Trust: no password configured (the server listens on loopback
+        // unless told otherwise).
+        if let PgWireFrontendMessage::Startup(startup) = &message {
+            protocol_negotiation(client, startup).await?;
+            save_startup_parameters_to_metadata(client, startup);
+            // After negotiation: the key's size depends on the protocol.
+            let (pid, key) = self.conn.shared.pids.generate(client);
+            client.set_pid_and_secret_key(pid, key.clone());
+            let (handle, guard) = self.conn.shared.connections.register(pid, key);
+            client
+                .session_extensions()
+                .insert::<Arc<ConnectionHandle>>(handle);
+            client.session_extensions().insert::<ConnectionGuard>(guard);
+            finish_authentication(
+                client,
+                &Params {
+                    conn: self.conn.clone(),
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The ParameterStatus values sent after authentication.
+struct Params {
+    conn: Arc<Conn>,
+}
+
+impl ServerParameterProvider for Params {
+    fn server_parameters<C: ClientInfo>(&self, _client: &C) -> Option<HashMap<String, String>> {
+        let reported = match self.conn.session.try_lock() {
+            Ok(s) => s.settings().reported(),
+            Err(_) => spindle_sql::settings::Settings::default().reported(),
+        };
+        Some(reported.into_iter().collect())
+    }
+}
+
+/// The one configured password, checked by SCRAM-SHA-256 for any user.
+#[derive(Debug)]
+struct PasswordSource {
+    password: String,
+}
+
+#[async_trait]
+impl AuthSource for PasswordSource {
+    async fn get_password(&self, _login: &LoginInfo) -> PgWireResult<Password> {
+        let salt: Vec<u8> = (0..16).map(|_| rand_byte()).collect();
+        let salted = gen_salted_password(
+            &self.password,
+            &salt,
+            pgwire::api::auth::sasl::scram::SCRAM_ITERATIONS,
+        );
+        Ok(Password::new(Some(salt), salted))
+    }
+}
+
+fn rand_byte() -> u8 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    );
+    h.finish() as u8
+}
+
+// ---------------------------------------------------------------------------
+// Queries
+
+/// The per-connection query handler.
+pub(crate) struct Handler {
+    conn: Arc<Conn>,
+}
+
+/// A prepared statement: its SQL and what Parse/Describe found out.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    sql: String,
+    params: Vec<Type>,
+    columns: Option<SchemaRef>,
+    tag: &'static str,
+}
+
+/// Result columns as RowDescription fields, in `format`.
+fn fields(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let t = types::pg_type(f);
+            FieldInfo::new(f.name().clone(), None, None, t, format.format_for(i))
+        })
+        .collect()
+}
+
+fn row_description(fields: &[FieldInfo]) -> RowDescription {
+    RowDescription::new(fields.iter().map(FieldDescription::from).collect())
+}
+
+/// Encodes record batches as DataRows in the fields' types and formats.
+#[allow(clippy::result_large_err)] // built once per failed statement
+fn data_rows(batches: &[RecordBatch], fields: &[FieldInfo]) -> Result<Vec<DataRow>, ErrorInfo> {
+    let mut out = Vec::new();
+    for batch in batches {
+        if batch.num_columns() != fields.len() {
+            return Err(ErrorInfo::new(
+                "ERROR".into(),
+                "XX000".into(),
+                "result does not match its description".into(),
+            ));
+        }
+        for row in 0..batch.num_rows() {
+            let mut buf = BytesMut::new();
+            for (col, field) in batch.columns().iter().zip(fields) {
+                let v = spindle_sql::types::array_value(col.as_ref(), row)
+                    .map_err(|e| statement_error(&e))?;
+                if v == Value::Null {
+                    buf.put_i32(-1);
+                    continue;
+                }
+                let at = buf.len();
+                buf.put_i32(0);
+                match field.format() {
+                    FieldFormat::Text => {
+                        let s = types::text(&v, field.datatype()).unwrap_or_default();
+                        buf.put_slice(s.as_bytes());
+                    }
+                    FieldFormat::Binary => {
+                        types::write_binary(&v, field.datatype(), &mut buf).map_err(|e| {
+                            ErrorInfo::new("ERROR".into(), e.sqlstate.into(), e.message)
+                        })?;
+                    }
+                }
+                let len = (buf.len() - at - 4) as i32;
+                buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            }
+            out.push(DataRow::new(buf, fields.len() as i16));
+        }
+    }
+    Ok(out)
+}
+
+/// The CommandComplete tag of a statement that returned rows.
+fn rows_tag(tag: &str, rows: usize) -> String {
+    match tag {
+        "SHOW" => "SHOW".into(),
+        _ => format!("SELECT {rows}"),
+    }
+}
+
+impl Handler {
+    /// Runs the statements of one simple Query, sending each result; stops
+    /// at the first error. Returns whether a parameter the client tracks
+    /// changed.
+    async fn run_simple<C>(&self, client: &mut C, sql: &str) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut session = self.conn.session.lock().await;
+        let before = session.settings().reported();
+        let stmts = match spindle_sql::parser::parse(sql)
+            .and_then(|s| spindle_sql::bind::bind_params(s, &[]))
+        {
+            Ok(s) => s,
+            Err(e) => {
+                session.fail();
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(
+                        statement_error(&e).into(),
+                    ))
+                    .await?;
+                return Ok(());
+            }
+        };
+        if stmts.is_empty() {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        }
+        for stmt in stmts {
+            let tag = stmt.tag();
+            let span = info_span!(
+                "statement",
+                kind = tag,
+                rows = tracing::field::Empty,
+                ms = tracing::field::Empty
+            );
+            let start = Instant::now();
+            let result = {
+                let _running = self.conn.shared.in_flight.read().await;
+                session
+                    .execute_statement(stmt)
+                    .instrument(span.clone())
+                    .await
+            };
+            span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
+            match result {
+                Ok(Output::Rows { schema, batches }) => {
+                    let fields = fields(&schema, &Format::UnifiedText);
+                    client
+                        .feed(PgWireBackendMessage::RowDescription(row_description(
+                            &fields,
+                        )))
+                        .await?;
+                    match data_rows(&batches, &fields) {
+                        Ok(rows) => {
+                            let n = rows.len();
+                            span.record("rows", n);
+                            for r in rows {
+                                client.feed(PgWireBackendMessage::DataRow(r)).await?;
+                            }
+                            client
+                                .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                                    rows_tag(tag, n),
+                                )))
+                                .await?;
+                        }
+                        Err(e) => {
+                            session.fail();
+                            client
+                                .feed(PgWireBackendMessage::ErrorResponse(e.into()))
+                                .await?;
+                            break;
+                        }
+                    }
+                }
+                Ok(Output::Command { tag, rows }) => {
+                    span.record("rows", rows);
+                    client
+                        .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                            tag,
+                        )))
+                        .await?;
+                }
+                Err(e) => {
+                    client
+                        .feed(PgWireBackendMessage::ErrorResponse(
+                            statement_error(&e).into(),
+                        ))
+                        .await?;
+                    break;
+                }
+            }
+        }
+        let after = session.settings().reported();
+        for (k, v) in after {
+            if !before.contains(&(k.clone(), v.clone())) {
+                client
+                    .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                        k, v,
+                    )))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes a portal's parameters with the statement's types.
+    fn params(portal: &Portal<Prepared>) -> PgWireResult<Vec<Value>> {
+        let types = &portal.statement.statement.params;
+        portal
+            .parameters
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let Some(bytes) = p else {
+                    return Ok(Value::Null);
+                };
+                let t = types.get(i).cloned().unwrap_or(Type::TEXT);
+                let r = if portal.parameter_format.is_binary(i) {
+                    types::param_from_binary(&t, bytes)
+                } else {
+                    match std::str::from_utf8(bytes) {
+                        Ok(s) => types::param_from_text(&t, s),
+                        Err(_) => Err(types::ValueError {
+                            sqlstate: "22021",
+                            message: "invalid byte sequence for encoding \"UTF8\"".into(),
+                        }),
+                    }
+                };
+                r.map_err(|e| {
+                    user_error(e.sqlstate, format!("parameter ${}: {}", i + 1, e.message))
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Handler {
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let span = info_span!("query", sql = %truncate(&query.query));
+        let cancel = cancel_receiver(client).await;
+        let sql = query.query;
+        let outcome = {
+            let run = Box::pin(self.run_simple(client, &sql).instrument(span));
+            match cancel {
+                Some(rx) => match select(run, rx).await {
+                    Either::Left((r, _)) => Some(r),
+                    Either::Right(_) => None,
+                },
+                None => Some(run.await),
+            }
+        };
+        match outcome {
+            Some(r) => r?,
+            None => {
+                // The statement's future was dropped: nothing it did is
+                // committed unless its commit had already returned.
+                self.conn.session.lock().await.fail();
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(canceled().into()))
+                    .await?;
+            }
+        }
+        let st = status(&*self.conn.session.lock().await);
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(st);
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(st)))
+            .await?;
+        Ok(())
+    }
+
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // on_query does the work.
+        Ok(vec![])
+    }
+}
+
+fn truncate(sql: &str) -> &str {
+    match sql.char_indices().nth(200) {
+        Some((i, _)) => &sql[..i],
+        None => sql,
+    }
+}
+
+#[async_trait]
+impl QueryParser for Handler {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        declared: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut session = self.conn.session.lock().await;
+        let desc = match session.describe(sql).await {
+            Ok(d) => d,
+            Err(e) => {
+                session.fail();
+                return Err(to_pg(&e));
+            }
+        };
+        let n = desc.params.len().max(declared.len());
+        let params = (0..n)
+            .map(|i| match declared.get(i).cloned().flatten() {
+                Some(t) if t != Type::UNKNOWN => t,
+                _ => types::param_type(desc.params.get(i).and_then(|t| t.as_ref())),
+            })
+            .collect();
+        let tag = spindle_sql::parser::parse(sql)
+            .ok()
+            .and_then(|s| s.first().map(|s| s.tag()))
+            .unwrap_or("SELECT");
+        Ok(Some(Prepared {
+            sql: sql.to_string(),
+            params,
+            columns: desc.columns,
+            tag,
+        }))
+    }
+
+    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(stmt.params.clone())
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Prepared,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(stmt
+            .columns
+            .as_ref()
+            .map(|c| fields(c, format.unwrap_or(&Format::UnifiedText)))
+            .unwrap_or_default())
+    }
+}
+
+/// Checks a Bind's counts: parameters against the statement, format codes
+/// against parameters and columns (PostgreSQL: 0, 1 or one per item).
+fn check_bind(bind: &Bind, stmt: &StoredStatement<Prepared>, name: &str) -> PgWireResult<()> {
+    let want = stmt.statement.params.len();
+    if bind.parameters.len() != want {
+        return Err(user_error(
+            "08P01",
+            format!(
+                "bind message supplies {} parameters, but prepared statement \"{}\" requires {want}",
+                bind.parameters.len(),
+                if name == DEFAULT_NAME { "" } else { name }
+            ),
+        ));
+    }
+    let pf = bind.parameter_format_codes.len();
+    if pf > 1 && pf != want {
+        return Err(user_error(
+            "08P01",
+            format!("bind message has {pf} parameter formats but {want} parameters"),
+        ));
+    }
+    let cols = stmt
+        .statement
+        .columns
+        .as_ref()
+        .map(|c| c.fields().len())
+        .unwrap_or(0);
+    let rf = bind.result_column_format_codes.len();
+    if rf > 1 && rf != cols {
+        return Err(user_error(
+            "08P01",
+            format!("bind message has {rf} result formats but query has {cols} columns"),
+        ));
+    }
+    if bind
+        .parameter_format_codes
+        .iter()
+        .chain(&bind.result_column_format_codes)
+        .any(|f| *f != 0 && *f != 1)
+    {
+        return Err(user_error("08P01", "unsupported format code"));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Handler {
+    type Statement = Prepared;
+    type QueryParser = Handler;
+
+    fn query_parser(&self) -> Arc<Handler> {
+        Arc::new(Handler {
+            conn: self.conn.clone(),
+        })
+    }
+
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message
+            .statement_name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_string());
+        if let Some(Entry::Value(stmt)) = client.portal_store().get_statement(&name) {
+            if let Err(e) = check_bind(&message, &stmt, &name) {
+                self.conn.session.lock().await.fail();
+                return Err(e);
+            }
+            let portal = Portal::try_new(&message, stmt)?;
+            client.portal_store().put_portal(Arc::new(portal));
+            client
+                .send(PgWireBackendMessage::BindComplete(BindComplete::new()))
+                .await?;
+            return Ok(());
+        }
+        let r = self._on_bind_default(client, message).await;
+        if r.is_err() {
+            self.conn.session.lock().await.fail();
+        }
+        r
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let r = self._on_execute(client, message).await;
+        let mut session = self.conn.session.lock().await;
+        if r.is_err() {
+            session.fail();
+        }
+        client.set_transaction_status(status(&session));
+        r
+    }
+
+    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(DEFAULT_NAME);
+        let st = status(&*self.conn.session.lock().await);
+        client.set_transaction_status(st);
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(st)))
+            .await?;
+        client.flush().await?;
+        Ok(())
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        target: &StoredStatement<Prepared>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let p = &target.statement;
+        let cols = p
+            .columns
+            .as_ref()
+            .map(|c| fields(c, &Format::UnifiedText))
+            .unwrap_or_default();
+        Ok(DescribeStatementResponse::new(p.params.clone(), cols))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Prepared>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let cols = portal
+            .statement
+            .statement
+            .columns
+            .as_ref()
+            .map(|c| fields(c, &portal.result_column_format))
+            .unwrap_or_default();
+        Ok(DescribePortalResponse::new(cols))
+    }
+
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let prepared = &portal.statement.statement;
+        let params = Self::params(portal)?;
+        let span = info_span!(
+            "statement",
+            kind = prepared.tag,
+            sql = %truncate(&prepared.sql),
+            rows = tracing::field::Empty,
+            ms = tracing::field::Empty
+        );
+        let start = Instant::now();
+        let result = {
+            let _running = self.conn.shared.in_flight.read().await;
+            let mut session = self.conn.session.lock().await;
+            session
+                .execute(&prepared.sql, &params)
+                .instrument(span.clone())
+                .await
+        };
+        span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
+        let mut outputs = result.map_err(|e| to_pg(&e))?;
+        match outputs.pop() {
+            None => Ok(Response::EmptyQuery),
+            Some(Output::Command { tag, rows }) => {
+                span.record("rows", rows);
+                Ok(Response::Execution(Tag::new(&tag)))
+            }
+            Some(Output::Rows { schema, batches }) => {
+                let described = prepared.columns.as_ref().unwrap_or(&schema);
+                let fields = fields(described, &portal.result_column_format);
+                let rows = data_rows(&batches, &fields)
+                    .map_err(|e| PgWireError::UserError(Box::new(e)))?;
+                span.record("rows", rows.len());
+                let mut resp = QueryResponse::new(
+                    Arc::new(fields),
+                    futures::stream::iter(rows.into_iter().map(Ok)),
+                );
+                if prepared.tag == "SHOW" {
+                    resp.set_command_tag("SHOW");
+                }
+                Ok(Response::Query(resp))
+            }
+        }
+    }
+}
+
+impl Handler {
+    /// pgwire's Bind for what `on_bind` does not handle itself (unknown or
+    /// empty statements).
+    async fn _on_bind_default<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
+        match client.portal_store().get_statement(name) {
+            Some(Entry::Empty) => {
+                if !message.parameters.is_empty() {
+                    return Err(user_error(
+                        "08P01",
+                        format!(
+                            "bind message supplies {} parameters, but prepared statement requires 0",
+                            message.parameters.len()
+                        ),
+                    ));
+                }
+                let portal = message.portal_name.as_deref().unwrap_or(DEFAULT_NAME);
+                client.portal_store().put_empty_portal(portal);
+                client
+                    .send(PgWireBackendMessage::BindComplete(BindComplete::new()))
+                    .await?;
+                Ok(())
+            }
+            _ => Err(user_error(
+                "26000",
+                format!(
+                    "prepared statement \"{}\" does not exist",
+                    if name == DEFAULT_NAME { "" } else { name }
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! # spindle-server: the PostgreSQL wire protocol
+//!
+//! `spindle serve` listens here; psql, drivers and pgbench talk to Spindle
+//! as they talk to PostgreSQL (protocol 3.0, built on `pgwire`).
+//!
+//! ```text
+//! Server::serve ── accept ──► one task per connection (span "connection")
+//!   pgwire message loop (startup, Query, Parse/Bind/Describe/Execute/Sync, …)
+//!     └─ handler::Handler ── one spindle_sql::Session per connection
+//!          ├─ simple Query: parse, then Session::execute_statement per
+//!          │    statement; RowDescription + DataRows (text) + CommandComplete
+//!          ├─ Parse: Session::describe → parameter types, result columns
+//!          ├─ Bind: counts checked, parameters decoded (types.rs)
+//!          └─ Execute: Session::execute(sql, params) → DataRows in the
+//!               formats the client asked for
+//! ```
+//!
+//! Modules: [`handler`] (protocol ↔ session), [`types`] (OIDs, text and
+//! binary values).
+//!
+//! * **Errors**: every statement error becomes an ErrorResponse with
+//!   `spindle_sql::Error::sqlstate`; after an error in the extended
+//!   protocol, messages are skipped until Sync (pgwire). The connection
+//!   always stays usable.
+//! * **Authentication**: without a password, trust (meant for loopback);
+//!   with [`Config::password`], SCRAM-SHA-256 for every user (28P01 on a
+//!   wrong password).
+//! * **Cancel**: a CancelRequest with the connection's key drops the running
+//!   statement's future (SQLSTATE 57014).
+//! * **Shutdown**: [`Server::serve`] stops accepting when its shutdown
+//!   future completes, waits for running statements (and so for their
+//!   commits) to finish, then closes the connections.
+
+pub mod handler;
+pub mod types;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgwire::api::{ConnectionManager, RandomPidSecretKeyGenerator};
+use spindle_sql::Engine;
+use tokio::net::TcpListener;
+use tokio::sync::{Mutex, RwLock};
+use tokio::task::JoinSet;
+use tracing::{info, info_span, warn, Instrument};
+
+use handler::{Conn, Handlers, Shared};
+
+/// How long shutdown waits for running statements.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Server options.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// When set, every client must authenticate with SCRAM-SHA-256 using
+    /// this password (any user name). Otherwise connections are trusted.
+    pub password: Option<String>,
+}
+
+/// A server over one database.
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+}
+
+impl Server {
+    /// Binds `addr` (port 0 picks a free port; see [`Server::local_addr`]).
+    pub async fn bind(
+        engine: Arc<Engine>,
+        addr: SocketAddr,
+        config: Config,
+    ) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Server {
+            shared: Arc::new(Shared {
+                engine,
+                password: config.password,
+                connections: Arc::new(ConnectionManager::new()),
+                in_flight: RwLock::new(()),
+                pids: RandomPidSecretKeyGenerator::default(),
+            }),
+            listener,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves connections until `shutdown` completes, then shuts down
+    /// gracefully (see the module documentation).
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let ids = AtomicU64::new(1);
+        let mut tasks = JoinSet::new();
+        tokio::pin!(shutdown);
+        info!(addr = %self.listener.local_addr()?, "listening");
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.listener.accept() => {
+                    let (socket, peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let id = ids.fetch_add(1, Ordering::Relaxed);
+                    let conn = Arc::new(Conn {
+                        shared: self.shared.clone(),
+                        session: Mutex::new(self.shared.engine.session()),
+                    });
+                    let span = info_span!("connection", id, %peer);
+                    tasks.spawn(
+                        async move {
+                            info!("connection opened");
+                            let r = pgwire::tokio::process_socket(socket, None, Handlers::new(conn)).await;
+                            match r {
+                                Ok(()) => info!("connection closed"),
+                                Err(e) => info!(error = %e, "connection closed"),
+                            }
+                        }
+                        .instrument(span),
+                    );
+                }
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        drop(self.listener);
+        info!(
+            connections = tasks.len(),
+            "shutting down: waiting for running statements"
+        );
+        match tokio::time::timeout(SHUTDOWN_GRACE, self.shared.in_flight.write()).await {
+            Ok(_guard) => {
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+            }
+            Err(_) => {
+                warn!("statements still running after the grace period; closing anyway");
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+            }
+        }
+        info!("shut down");
+        Ok(())
+    }
+}

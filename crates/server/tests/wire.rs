@@ -1,0 +1,684 @@
+//! The wire server with real clients: tokio-postgres (simple and extended
+//! protocol, binary parameters and results of every type, transactions,
+//! errors) and hand-written protocol messages (bad input).
+
+use std::error::Error as _;
+use std::net::SocketAddr;
+
+use bytes::{Buf, BufMut, BytesMut};
+use chrono::{DateTime, NaiveDate, Utc};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+/// Starts a server on an in-memory database; it lives until the test's
+/// runtime ends.
+async fn start(password: Option<&str>) -> SocketAddr {
+    let engine = spindle_sql::Engine::open(None).unwrap();
+    let server = spindle_server::Server::bind(
+        engine,
+        "127.0.0.1:0".parse().unwrap(),
+        spindle_server::Config {
+            password: password.map(str::to_string),
+        },
+    )
+    .await
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(std::future::pending()));
+    addr
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    let (client, conn) = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=tester dbname=spindle",
+            addr.port()
+        ),
+        NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+fn sqlstate(e: &tokio_postgres::Error) -> String {
+    e.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| format!("no code: {e:?}"))
+}
+
+/// NUMERIC as its decimal text, in PostgreSQL's binary format.
+#[derive(Debug, PartialEq)]
+struct Numeric(String);
+
+impl ToSql for Numeric {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        let (neg, s) = match self.0.strip_prefix('-') {
+            Some(r) => (true, r),
+            None => (false, self.0.as_str()),
+        };
+        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        // Pad both sides to whole base-10000 groups.
+        let int = format!("{}{int}", "0".repeat((4 - int.len() % 4) % 4));
+        let frac_p = format!("{frac}{}", "0".repeat((4 - frac.len() % 4) % 4));
+        let mut digits: Vec<i16> = int
+            .as_bytes()
+            .chunks(4)
+            .chain(frac_p.as_bytes().chunks(4))
+            .map(|c| std::str::from_utf8(c).unwrap().parse().unwrap())
+            .collect();
+        let mut weight = (int.len() / 4) as i16 - 1;
+        while digits.first() == Some(&0) {
+            digits.remove(0);
+            weight -= 1;
+        }
+        while digits.last() == Some(&0) {
+            digits.pop();
+        }
+        out.put_i16(digits.len() as i16);
+        out.put_i16(if digits.is_empty() { 0 } else { weight });
+        out.put_u16(if neg { 0x4000 } else { 0 });
+        out.put_u16(frac.len() as u16);
+        for d in digits {
+            out.put_i16(d);
+        }
+        Ok(IsNull::No)
+    }
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+    tokio_postgres::types::to_sql_checked!();
+}
+
+impl<'a> FromSql<'a> for Numeric {
+    fn from_sql(
+        _: &Type,
+        mut raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let n = raw.get_i16();
+        let weight = raw.get_i16() as i32;
+        let sign = raw.get_u16();
+        let dscale = raw.get_u16() as usize;
+        let digits: Vec<i16> = (0..n).map(|_| raw.get_i16()).collect();
+        let mut int = String::new();
+        let mut frac = String::new();
+        for p in (0..=weight.max(0)).rev() {
+            let i = weight - p;
+            let d = if i >= 0 {
+                digits.get(i as usize).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            int.push_str(&format!("{d:04}"));
+        }
+        for k in 1..=dscale.div_ceil(4) as i32 {
+            let i = weight + k;
+            let d = if i >= 0 {
+                digits.get(i as usize).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            frac.push_str(&format!("{d:04}"));
+        }
+        let int = int.trim_start_matches('0');
+        let mut s = format!(
+            "{}{}",
+            if sign == 0x4000 { "-" } else { "" },
+            if int.is_empty() { "0" } else { int }
+        );
+        if dscale > 0 {
+            s.push('.');
+            s.push_str(&frac[..dscale]);
+        }
+        Ok(Numeric(s))
+    }
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_protocol_tags_and_values() {
+    let addr = start(None).await;
+    let c = connect(addr).await;
+    c.batch_execute(
+        "CREATE TABLE t (id INT64 NOT NULL, name STRING(MAX), f FLOAT64, b BOOL, d DATE, ts TIMESTAMP, n NUMERIC, by BYTES(MAX)) PRIMARY KEY (id)",
+    )
+    .await
+    .unwrap();
+    let msgs = c
+        .simple_query(
+            "INSERT INTO t VALUES (1, 'a', 1.5, true, DATE '2024-02-29', TIMESTAMP '2024-01-02 03:04:05.5+00', 12.50, X'0aff'), (2, NULL, 1e100, false, NULL, NULL, NULL, NULL); \
+             UPDATE t SET name = 'b' WHERE id = 2; SELECT * FROM t ORDER BY id; DELETE FROM t WHERE id = 2",
+        )
+        .await
+        .unwrap();
+    let mut tags = Vec::new();
+    let mut rows = Vec::new();
+    for m in &msgs {
+        match m {
+            SimpleQueryMessage::CommandComplete(n) => tags.push(*n),
+            SimpleQueryMessage::Row(r) => rows.push(
+                (0..r.len())
+                    .map(|i| r.get(i).map(str::to_string))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => {}
+        }
+    }
+    assert_eq!(tags, vec![2, 1, 2, 1]);
+    let s = |x: &str| Some(x.to_string());
+    assert_eq!(
+        rows[0],
+        vec![
+            s("1"),
+            s("a"),
+            s("1.5"),
+            s("t"),
+            s("2024-02-29"),
+            s("2024-01-02 03:04:05.5+00"),
+            s("12.5"),
+            s("\\x0aff")
+        ]
+    );
+    assert_eq!(rows[1][2], s("1e+100"));
+    assert_eq!(rows[1][4], None);
+
+    // version(), current_database(), SET/SHOW
+    let row = c
+        .query_one(
+            "SELECT version(), current_database(), current_schema()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, String>(0).starts_with("PostgreSQL 15"));
+    assert_eq!(row.get::<_, String>(1), "spindle");
+    assert_eq!(row.get::<_, String>(2), "public");
+    c.batch_execute("SET application_name = 'wire test'")
+        .await
+        .unwrap();
+    let row = c.query_one("SHOW application_name", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "wire test");
+    let e = c
+        .batch_execute("SET no_such_parameter = 1")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42704");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_with_binary_values_of_every_type() {
+    let addr = start(None).await;
+    let mut c = connect(addr).await;
+    c.batch_execute(
+        "CREATE TABLE everything (
+            id bigint NOT NULL, f double precision, b boolean, s varchar, by bytea,
+            d date, ts timestamptz, n numeric, j jsonb, PRIMARY KEY (id))",
+    )
+    .await
+    .unwrap();
+    let insert = c
+        .prepare("INSERT INTO everything VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+        .await
+        .unwrap();
+    assert_eq!(
+        insert.params(),
+        &[
+            Type::INT8,
+            Type::FLOAT8,
+            Type::BOOL,
+            Type::TEXT,
+            Type::BYTEA,
+            Type::DATE,
+            Type::TIMESTAMPTZ,
+            Type::NUMERIC,
+            Type::TEXT, // JSON columns are Utf8 in Arrow: text on the wire
+        ]
+    );
+    let date = NaiveDate::from_ymd_opt(2024, 2, 29).unwrap();
+    let ts: DateTime<Utc> = "2024-01-02T03:04:05.123456Z".parse().unwrap();
+    let n = c
+        .execute(
+            &insert,
+            &[
+                &7i64,
+                &-2.5f64,
+                &true,
+                &"héllo",
+                &vec![0u8, 1, 255],
+                &date,
+                &ts,
+                &Numeric("-12345678901234567890.123456789".into()),
+                &r#"{"a":[1,2]}"#,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    // NULLs in every column
+    c.execute(
+        &insert,
+        &[
+            &8i64,
+            &None::<f64>,
+            &None::<bool>,
+            &None::<&str>,
+            &None::<Vec<u8>>,
+            &None::<NaiveDate>,
+            &None::<DateTime<Utc>>,
+            &None::<Numeric>,
+            &None::<&str>,
+        ],
+    )
+    .await
+    .unwrap();
+
+    let select = c
+        .prepare("SELECT id, f, b, s, by, d, ts, n, j FROM everything WHERE id = $1")
+        .await
+        .unwrap();
+    assert_eq!(select.params(), &[Type::INT8]);
+    let types: Vec<Type> = select.columns().iter().map(|c| c.type_().clone()).collect();
+    assert_eq!(
+        types,
+        vec![
+            Type::INT8,
+            Type::FLOAT8,
+            Type::BOOL,
+            Type::TEXT,
+            Type::BYTEA,
+            Type::DATE,
+            Type::TIMESTAMPTZ,
+            Type::NUMERIC,
+            Type::TEXT
+        ]
+    );
+    let row = c.query_one(&select, &[&7i64]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 7);
+    assert_eq!(row.get::<_, f64>(1), -2.5);
+    assert!(row.get::<_, bool>(2));
+    assert_eq!(row.get::<_, String>(3), "héllo");
+    assert_eq!(row.get::<_, Vec<u8>>(4), vec![0u8, 1, 255]);
+    assert_eq!(row.get::<_, NaiveDate>(5), date);
+    assert_eq!(row.get::<_, DateTime<Utc>>(6), ts);
+    assert_eq!(
+        row.get::<_, Numeric>(7),
+        Numeric("-12345678901234567890.123456789".into())
+    );
+    assert_eq!(row.get::<_, String>(8), r#"{"a":[1,2]}"#);
+    let row = c.query_one(&select, &[&8i64]).await.unwrap();
+    for i in 1..9 {
+        assert!(
+            row.try_get::<_, Option<String>>(i)
+                .map(|v| v.is_none())
+                .unwrap_or(true),
+            "column {i} should be NULL"
+        );
+    }
+    assert_eq!(row.get::<_, Option<f64>>(1), None);
+
+    // Parameters in WHERE, UPDATE SET and expressions; statement reuse.
+    let update = c
+        .prepare("UPDATE everything SET f = $1, s = s || $2 WHERE id = $3")
+        .await
+        .unwrap();
+    assert_eq!(update.params()[0], Type::FLOAT8);
+    assert_eq!(update.params()[2], Type::INT8);
+    assert_eq!(
+        c.execute(&update, &[&1.25f64, &"!", &7i64]).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        c.execute(&update, &[&1.25f64, &"!", &99i64]).await.unwrap(),
+        0
+    );
+    let row = c
+        .query_one("SELECT s, f FROM everything WHERE id = $1", &[&7i64])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "héllo!");
+    assert_eq!(row.get::<_, f64>(1), 1.25);
+    let del = c
+        .prepare("DELETE FROM everything WHERE id = $1")
+        .await
+        .unwrap();
+    assert_eq!(del.params(), &[Type::INT8]);
+    assert_eq!(c.execute(&del, &[&8i64]).await.unwrap(), 1);
+
+    // Declared types win over inference; text parameters of unknown type.
+    let typed = c
+        .prepare_typed("SELECT $1::BIGINT + 1", &[Type::INT4])
+        .await
+        .unwrap();
+    assert_eq!(typed.params(), &[Type::INT4]);
+    let row = c.query_one(&typed, &[&41i32]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 42);
+    let row = c
+        .query_one("SELECT $1 AS greeting", &[&"hi"])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "hi");
+
+    // A portal read in chunks (max_rows) inside a transaction.
+    let tx = c.transaction().await.unwrap();
+    for i in 100..110i64 {
+        tx.execute("INSERT INTO everything (id) VALUES ($1)", &[&i])
+            .await
+            .unwrap();
+    }
+    let portal = tx
+        .bind(
+            "SELECT id FROM everything WHERE id >= $1 ORDER BY id",
+            &[&100i64],
+        )
+        .await
+        .unwrap();
+    let first = tx.query_portal(&portal, 4).await.unwrap();
+    let rest = tx.query_portal(&portal, 0).await.unwrap();
+    assert_eq!(first.len(), 4);
+    assert_eq!(rest.len(), 6);
+    assert_eq!(rest[0].get::<_, i64>(0), 104);
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_carry_sqlstate_and_the_connection_survives() {
+    let addr = start(None).await;
+    let c = connect(addr).await;
+    c.batch_execute(
+        "CREATE TABLE p (id INT64 NOT NULL) PRIMARY KEY (id);
+         CREATE TABLE ch (id INT64 NOT NULL, k INT64 NOT NULL) PRIMARY KEY (id, k), INTERLEAVE IN PARENT p;
+         INSERT INTO p VALUES (1)",
+    )
+    .await
+    .unwrap();
+    let cases = [
+        ("INSERT INTO p VALUES (1)", "23505"),
+        ("INSERT INTO ch VALUES (2, 1)", "23503"),
+        ("SELECT * FROM nope", "42P01"),
+        ("SELECT nope FROM p", "42703"),
+        ("SELEC 1", "42601"),
+        ("SELECT 1 / 0", "22012"),
+        ("SELECT $1", "42P02"),
+    ];
+    for (sql, code) in cases {
+        let e = c.simple_query(sql).await.unwrap_err();
+        assert_eq!(sqlstate(&e), code, "{sql}: {e}");
+        // extended protocol too (SELECT $1 is fine there)
+        if !sql.contains('$') {
+            let e = c.query(sql, &[]).await.unwrap_err();
+            assert_eq!(sqlstate(&e), code, "{sql} (extended): {e}");
+        }
+    }
+    c.execute("INSERT INTO ch VALUES (1, 1)", &[])
+        .await
+        .unwrap();
+    let e = c
+        .execute("DELETE FROM p WHERE id = 1", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23503");
+
+    // Failed transaction: 25P02 until ROLLBACK.
+    c.batch_execute("BEGIN").await.unwrap();
+    assert!(c.batch_execute("INSERT INTO p VALUES (1)").await.is_err());
+    let e = c.query("SELECT 1", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    let e = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    let row = c.query_one("SELECT count(*) FROM p", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1);
+
+    // Bad parameter values.
+    let e = c
+        .query("SELECT * FROM p WHERE id = $1", &[&"x"])
+        .await
+        .unwrap_err();
+    assert!(e.source().is_some() || e.code().is_some(), "{e:?}");
+    let row = c.query_one("SELECT 1::BIGINT", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_requires_scram() {
+    let addr = start(Some("s3cret")).await;
+    let ok = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=u password=s3cret dbname=spindle",
+            addr.port()
+        ),
+        NoTls,
+    )
+    .await;
+    let (client, conn) = ok.unwrap();
+    tokio::spawn(conn);
+    client.simple_query("SELECT 1").await.unwrap();
+    let bad = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=u password=wrong dbname=spindle",
+            addr.port()
+        ),
+        NoTls,
+    )
+    .await;
+    let e = bad.err().expect("wrong password must be refused");
+    assert_eq!(sqlstate(&e), "28P01");
+}
+
+// ---------------------------------------------------------------------------
+// Hand-written protocol messages
+
+struct Raw {
+    s: TcpStream,
+    buf: BytesMut,
+}
+
+impl Raw {
+    async fn connect(addr: SocketAddr) -> Raw {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut body = BytesMut::new();
+        body.put_i32(196608);
+        for (k, v) in [("user", "raw"), ("database", "spindle")] {
+            body.put_slice(k.as_bytes());
+            body.put_u8(0);
+            body.put_slice(v.as_bytes());
+            body.put_u8(0);
+        }
+        body.put_u8(0);
+        let mut msg = BytesMut::new();
+        msg.put_i32(body.len() as i32 + 4);
+        msg.put_slice(&body);
+        s.write_all(&msg).await.unwrap();
+        let mut raw = Raw {
+            s,
+            buf: BytesMut::new(),
+        };
+        raw.until_ready().await;
+        raw
+    }
+
+    async fn send(&mut self, tag: u8, body: &[u8]) {
+        let mut msg = BytesMut::new();
+        msg.put_u8(tag);
+        msg.put_i32(body.len() as i32 + 4);
+        msg.put_slice(body);
+        self.s.write_all(&msg).await.unwrap();
+    }
+
+    /// The next message: (tag, body); None when the server closed.
+    async fn next(&mut self) -> Option<(u8, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 5 {
+                let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
+                if self.buf.len() > len {
+                    let tag = self.buf[0];
+                    let body = self.buf[5..1 + len].to_vec();
+                    self.buf.advance(1 + len);
+                    return Some((tag, body));
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n =
+                tokio::time::timeout(std::time::Duration::from_secs(10), self.s.read(&mut chunk))
+                    .await
+                    .expect("server did not answer")
+                    .ok()?;
+            if n == 0 {
+                return None;
+            }
+            self.buf.put_slice(&chunk[..n]);
+        }
+    }
+
+    /// Messages up to ReadyForQuery; returns the SQLSTATEs of errors seen.
+    async fn until_ready(&mut self) -> Vec<String> {
+        let mut codes = Vec::new();
+        while let Some((tag, body)) = self.next().await {
+            if tag == b'E' {
+                let mut fields = body.split(|b| *b == 0);
+                codes.extend(fields.by_ref().find_map(|f| {
+                    f.strip_prefix(b"C")
+                        .map(|c| String::from_utf8_lossy(c).to_string())
+                }));
+            }
+            if tag == b'Z' {
+                return codes;
+            }
+        }
+        codes.push("closed".into());
+        codes
+    }
+}
+
+fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_protocol_input_gets_clear_errors() {
+    let addr = start(None).await;
+    let mut raw = Raw::connect(addr).await;
+
+    // Bind to a statement that does not exist.
+    let mut bind = cstr("");
+    bind.extend(cstr("nope"));
+    bind.extend([0, 0, 0, 0, 0, 0]);
+    raw.send(b'B', &bind).await;
+    raw.send(b'E', &[0, 0, 0, 0, 0]).await; // skipped until Sync
+    raw.send(b'S', &[]).await;
+    assert_eq!(raw.until_ready().await, vec!["26000"]);
+
+    // Describe / Execute of unknown names.
+    let mut d = vec![b'S'];
+    d.extend(cstr("missing"));
+    raw.send(b'D', &d).await;
+    raw.send(b'S', &[]).await;
+    assert_eq!(raw.until_ready().await, vec!["26000"]);
+    let mut ex = cstr("missing_portal");
+    ex.extend([0, 0, 0, 0]);
+    raw.send(b'E', &ex).await;
+    raw.send(b'S', &[]).await;
+    assert_eq!(raw.until_ready().await, vec!["34000"]);
+
+    // Wrong parameter count.
+    let mut parse = cstr("two");
+    parse.extend(cstr("SELECT $1::BIGINT + $2::BIGINT"));
+    parse.extend([0, 0]);
+    raw.send(b'P', &parse).await;
+    let mut bind = cstr("");
+    bind.extend(cstr("two"));
+    bind.extend([0, 0]); // no format codes
+    bind.extend([0, 1, 0, 0, 0, 1, b'5']); // one parameter: '5'
+    bind.extend([0, 0]);
+    raw.send(b'B', &bind).await;
+    raw.send(b'S', &[]).await;
+    assert_eq!(raw.until_ready().await, vec!["08P01"]);
+
+    // Too many format codes for the parameters.
+    let mut bind = cstr("");
+    bind.extend(cstr("two"));
+    bind.extend([0, 3, 0, 0, 0, 0, 0, 0]);
+    bind.extend([0, 2, 0, 0, 0, 1, b'5', 0, 0, 0, 1, b'6']);
+    bind.extend([0, 0]);
+    raw.send(b'B', &bind).await;
+    raw.send(b'S', &[]).await;
+    assert_eq!(raw.until_ready().await, vec!["08P01"]);
+
+    // Binary parameter of the wrong width.
+    let mut bind = cstr("");
+    bind.extend(cstr("two"));
+    bind.extend([0, 1, 0, 1]);
+    bind.extend([0, 2, 0, 0, 0, 2, 0, 5, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 6]);
+    bind.extend([0, 0]);
+    raw.send(b'B', &bind).await;
+    raw.send(b'E', &[0, 0, 0, 0, 0]).await;
+    raw.send(b'S', &[]).await;
+    assert_eq!(raw.until_ready().await, vec!["22P03"]);
+
+    // The connection still works.
+    raw.send(b'Q', &cstr("SELECT 1")).await;
+    assert_eq!(raw.until_ready().await, Vec::<String>::new());
+
+    // A malformed message (a length far beyond any limit) ends this
+    // connection, not the server.
+    raw.s
+        .write_all(&[b'Q', 0x7f, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    // The server answers with an error or just closes; either way the
+    // stream ends.
+    while raw.next().await.is_some() {}
+    let c = connect(addr).await;
+    let row = c.query_one("SELECT 2::BIGINT", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_keeps_acknowledged_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = spindle_sql::Engine::open(Some(dir.path())).unwrap();
+    let server = spindle_server::Server::bind(
+        engine,
+        "127.0.0.1:0".parse().unwrap(),
+        spindle_server::Config::default(),
+    )
+    .await
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(server.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    let c = connect(addr).await;
+    c.batch_execute("CREATE TABLE k (id INT64 NOT NULL) PRIMARY KEY (id)")
+        .await
+        .unwrap();
+    for i in 0..20i64 {
+        c.execute("INSERT INTO k VALUES ($1)", &[&i]).await.unwrap();
+    }
+    stop_tx.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+    drop(c);
+    // Reopen the files: every acknowledged insert is there.
+    let engine = spindle_sql::Engine::open(Some(dir.path())).unwrap();
+    let mut s = engine.session();
+    let out = s.execute("SELECT count(*) FROM k", &[]).await.unwrap();
+    match &out[0] {
+        spindle_sql::Output::Rows { batches, .. } => {
+            let v = spindle_sql::types::array_value(batches[0].column(0).as_ref(), 0).unwrap();
+            assert_eq!(v, spindle_keys::Value::Int64(20));
+        }
+        other => panic!("{other:?}"),
+    }
+}
