@@ -27,6 +27,7 @@ pub mod provider;
 pub mod session;
 pub mod settings;
 pub mod subquery;
+pub mod sys_schema;
 pub mod types;
 
 pub use error::{Error, Result};

@@ -130,7 +130,14 @@ impl Engine {
         cat.register_schema("public", public)?;
         cat.register_schema(
             "information_schema",
-            Arc::new(info_schema::InfoSchema::new(catalog)),
+            Arc::new(info_schema::InfoSchema::new(catalog.clone())),
+        )?;
+        cat.register_schema(
+            "spindle_sys",
+            Arc::new(crate::sys_schema::SysSchema::new(
+                catalog.clone(),
+                self.mgr.clone(),
+            )),
         )?;
         let list = MemoryCatalogProviderList::new();
         datafusion::catalog::CatalogProviderList::register_catalog(

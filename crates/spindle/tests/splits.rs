@@ -1,0 +1,82 @@
+//! `spindle_sys.splits` over SQL: tables split at row-tree boundaries as
+//! they grow, boundaries read as table keys, load shows up per split.
+
+use spindle::Database;
+
+#[test]
+fn splits_table_shows_row_tree_boundaries_and_load() {
+    let db = Database::open_in_memory().unwrap();
+    db.engine().manager().set_split_threshold(4_000);
+    db.execute(
+        "CREATE TABLE singers (id INT64 NOT NULL, name STRING(MAX)) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute(
+        "CREATE TABLE albums (id INT64 NOT NULL, album INT64 NOT NULL, title STRING(MAX)) PRIMARY KEY (id, album),
+         INTERLEAVE IN PARENT singers ON DELETE CASCADE",
+        &[],
+    )
+    .unwrap();
+    for i in 0..60 {
+        db.execute(
+            &format!(
+                "INSERT INTO singers VALUES ({i}, 'singer {i} {}')",
+                "x".repeat(40)
+            ),
+            &[],
+        )
+        .unwrap();
+        db.execute(
+            &format!("INSERT INTO albums VALUES ({i}, 1, 'a'), ({i}, 2, 'b')"),
+            &[],
+        )
+        .unwrap();
+    }
+    let rows = db
+        .query("SELECT split_id, start_key, end_key, bytes, rows, writes_per_minute, hot FROM spindle_sys.splits", &[])
+        .unwrap()
+        .rows()
+        .unwrap();
+    assert!(rows.len() >= 3, "the table was split: {rows:?}");
+    // Every boundary after the first is a singers row (a root row), never an album.
+    for r in &rows[1..] {
+        let start: String = r.get(1).unwrap();
+        assert!(
+            start == "singers" || (start.starts_with("singers(") && !start.contains("albums")),
+            "{start}"
+        );
+    }
+    // Splits tile the key space.
+    for w in rows.windows(2) {
+        assert_eq!(
+            w[0].get::<String>(2).unwrap(),
+            w[1].get::<String>(1).unwrap()
+        );
+    }
+    assert_eq!(rows.last().unwrap().get::<String>(2).unwrap(), "<end>");
+    let total_rows: i64 = rows.iter().map(|r| r.get::<i64>(4).unwrap()).sum();
+    assert!(total_rows >= 180, "rows counted: {total_rows}");
+    let writes: i64 = rows.iter().map(|r| r.get::<i64>(5).unwrap()).sum();
+    assert!(writes >= 180);
+    // Deleting every row tree lets small splits merge back.
+    db.execute("DELETE FROM singers", &[]).unwrap();
+    for i in 0..3 {
+        db.execute(&format!("INSERT INTO singers VALUES ({i}, 'again')"), &[])
+            .unwrap();
+        db.execute(&format!("DELETE FROM singers WHERE id = {i}"), &[])
+            .unwrap();
+    }
+    let after = db
+        .query("SELECT count(*) FROM spindle_sys.splits", &[])
+        .unwrap()
+        .rows()
+        .unwrap()[0]
+        .get::<i64>(0)
+        .unwrap();
+    assert!(
+        (after as usize) < rows.len(),
+        "splits merged: {} -> {after}",
+        rows.len()
+    );
+}
