@@ -29,6 +29,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:5433")]
     pub listen: SocketAddr,
 
+    /// Split the key space once a split holds more than BYTES of keys and
+    /// values (default 64 MiB)
+    #[arg(long, value_name = "BYTES")]
+    pub split_size: Option<u64>,
+
     /// Require SCRAM-SHA-256 authentication with the password in this
     /// environment variable (without it, connections are trusted)
     #[arg(long, value_name = "VAR")]
@@ -64,6 +69,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         spindle_sql::Engine::open(Some(&dir))
     }
     .map_err(|e| format!("opening the database: {e}"))?;
+    if let Some(bytes) = args.split_size {
+        engine.manager().set_split_threshold(bytes);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .thread_name("spindle-server")
         .enable_all()

@@ -42,6 +42,12 @@ pub struct ShellArgs {
     #[arg(short = 'c', long = "command", value_name = "SQL")]
     pub commands: Vec<String>,
 
+    /// Split the key space once a split holds more than BYTES of keys and
+    /// values (default 64 MiB); small values make splits visible in
+    /// spindle_sys.splits on small data.
+    #[arg(long, value_name = "BYTES")]
+    pub split_size: Option<u64>,
+
     /// Run the statements in FILE and exit (`-` reads stdin).
     #[arg(
         short = 'f',
@@ -76,6 +82,9 @@ pub fn run(args: ShellArgs) -> ExitCode {
             return ExitCode::from(EXIT_FATAL);
         }
     };
+    if let Some(bytes) = args.split_size {
+        db.engine().manager().set_split_threshold(bytes);
+    }
     let mut shell = Shell::new(db);
 
     if !args.commands.is_empty() {

@@ -299,3 +299,58 @@ fn many_thread_bank_keeps_its_invariants() {
         gave_up.load(Ordering::Relaxed)
     );
 }
+
+#[test]
+fn stale_reads_read_an_older_snapshot() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE kv (k INT64 NOT NULL, v STRING(MAX)) PRIMARY KEY (k)",
+        &[],
+    )
+    .unwrap();
+    db.execute("INSERT INTO kv VALUES (1, 'old')", &[]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    db.execute("UPDATE kv SET v = 'new' WHERE k = 1", &[])
+        .unwrap();
+    let mut s = db.session();
+    let read = |s: &mut spindle::Session| -> String {
+        s.query("SELECT v FROM kv WHERE k = 1", &[])
+            .unwrap()
+            .rows()
+            .unwrap()[0]
+            .get::<String>(0)
+            .unwrap()
+    };
+    assert_eq!(read(&mut s), "new");
+    // 300 ms ago lies between the two commits.
+    s.run("SET spanner.read_only_staleness = 'EXACT_STALENESS 300ms'")
+        .unwrap();
+    assert_eq!(read(&mut s), "old");
+    s.run("BEGIN READ ONLY").unwrap();
+    assert_eq!(read(&mut s), "old");
+    assert_eq!(
+        s.execute("DELETE FROM kv", &[]).unwrap_err().sqlstate(),
+        "25006"
+    );
+    s.run("ROLLBACK").unwrap();
+    // Writes are never stale.
+    s.execute("UPDATE kv SET v = 'newer' WHERE k = 1", &[])
+        .unwrap();
+    s.run("SET spanner.read_only_staleness = 'MAX_STALENESS 10s'")
+        .unwrap();
+    assert_eq!(read(&mut s), "newer");
+    s.run("SET spanner.read_only_staleness = 'READ_TIMESTAMP 2000-01-01T00:00:00Z'")
+        .unwrap();
+    assert_eq!(
+        s.query("SELECT v FROM kv", &[]).unwrap_err().sqlstate(),
+        "72000"
+    );
+    s.run("SET spanner.read_only_staleness = 'SOMETIMES'")
+        .unwrap();
+    assert_eq!(
+        s.query("SELECT v FROM kv", &[]).unwrap_err().sqlstate(),
+        "22023"
+    );
+    s.run("SET spanner.read_only_staleness = 'STRONG'").unwrap();
+    assert_eq!(read(&mut s), "newer");
+}

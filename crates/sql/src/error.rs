@@ -105,6 +105,7 @@ impl Error {
                 spindle_keys::Error::KeyTooLarge(_) => "54000",
             },
             Error::Txn(t) if t.is_retryable() => "40001",
+            Error::Txn(spindle_txn::Error::StaleRead(_)) => "72000",
             Error::Txn(_) => "XX000",
             Error::DataFusion(e) => datafusion_sqlstate(e),
             Error::UniqueViolation(_) => "23505",

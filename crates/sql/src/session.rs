@@ -465,7 +465,10 @@ impl Session {
         match stmt {
             Statement::Begin { read_only } => {
                 if self.txn.is_none() {
-                    let txn = self.engine.mgr.begin()?;
+                    let txn = match self.stale_read_ts()? {
+                        Some(ts) if read_only => self.engine.mgr.begin_at(ts)?,
+                        _ => self.engine.mgr.begin()?,
+                    };
                     self.txn = Some(Arc::new(Mutex::new(txn)));
                     self.failed = false;
                     self.read_only = read_only;
@@ -524,11 +527,40 @@ impl Session {
         }
     }
 
+    /// The snapshot a read-only transaction or a single query reads, from
+    /// the session setting `spanner.read_only_staleness` (Spanner's timestamp
+    /// bounds, in PGAdapter's spelling):
+    ///
+    /// | value                          | reads at                                   |
+    /// |--------------------------------|--------------------------------------------|
+    /// | `STRONG` (default)             | the newest commit                          |
+    /// | `EXACT_STALENESS 10s`          | exactly 10 s ago                           |
+    /// | `MAX_STALENESS 10s`            | any time in the last 10 s: the newest      |
+    /// | `READ_TIMESTAMP <timestamp>`   | exactly that timestamp                     |
+    /// | `MIN_READ_TIMESTAMP <timestamp>` | at or after it: the newest               |
+    ///
+    /// Durations take `us`, `ms`, `s`, `m` or `h`. A timestamp older than the
+    /// version retention window (1 hour by default) is refused (72000).
+    fn stale_read_ts(&self) -> Result<Option<u64>> {
+        let Some(value) = self.settings.get("spanner.read_only_staleness") else {
+            return Ok(None);
+        };
+        parse_staleness(&value, now_micros())
+    }
+
     async fn autocommit(&mut self, stmt: Statement) -> Result<Output> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let txn = Arc::new(Mutex::new(self.engine.mgr.begin()?));
+            let stale = match &stmt {
+                Statement::Query(_) => self.stale_read_ts()?,
+                _ => None,
+            };
+            let txn = match stale {
+                Some(ts) => self.engine.mgr.begin_at(ts)?,
+                None => self.engine.mgr.begin()?,
+            };
+            let txn = Arc::new(Mutex::new(txn));
             let ctx = StatementContext {
                 engine: self.engine.clone(),
                 txn: txn.clone(),
@@ -549,5 +581,56 @@ impl Session {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Parses a `spanner.read_only_staleness` value into a read timestamp
+/// (`None`: read the newest snapshot).
+pub(crate) fn parse_staleness(value: &str, now: u64) -> Result<Option<u64>> {
+    let bad = || {
+        Error::InvalidParameterValue(format!(
+            "invalid read_only_staleness \"{value}\": expected STRONG, EXACT_STALENESS <duration>, \
+             MAX_STALENESS <duration>, READ_TIMESTAMP <timestamp> or MIN_READ_TIMESTAMP <timestamp>"
+        ))
+    };
+    let v = value.trim();
+    let (kind, arg) = v
+        .split_once(char::is_whitespace)
+        .map(|(k, a)| (k, a.trim()))
+        .unwrap_or((v, ""));
+    let duration = |a: &str| -> Option<u64> {
+        let digits = a.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let n: f64 = digits.trim().parse().ok()?;
+        let unit = a[digits.len()..].to_ascii_lowercase();
+        let micros = match unit.as_str() {
+            "us" => n,
+            "ms" => n * 1e3,
+            "s" | "" => n * 1e6,
+            "m" => n * 60e6,
+            "h" => n * 3600e6,
+            _ => return None,
+        };
+        (micros >= 0.0).then_some(micros as u64)
+    };
+    match kind.to_ascii_uppercase().as_str() {
+        "STRONG" if arg.is_empty() => Ok(None),
+        "MAX_STALENESS" => duration(arg).map(|_| None).ok_or_else(bad),
+        "EXACT_STALENESS" => duration(arg)
+            .map(|d| Some(now.saturating_sub(d)))
+            .ok_or_else(bad),
+        "READ_TIMESTAMP" => crate::types::parse_timestamp(arg)
+            .map(|t| Some(t.max(0) as u64))
+            .ok_or_else(bad),
+        "MIN_READ_TIMESTAMP" => crate::types::parse_timestamp(arg)
+            .map(|_| None)
+            .ok_or_else(bad),
+        _ => Err(bad()),
     }
 }

@@ -84,6 +84,9 @@ pub enum Error {
     Poisoned,
     #[error("recovery failed: {0}")]
     Recovery(String),
+    /// A stale read asked for a snapshot that cannot be read.
+    #[error("{0}")]
+    StaleRead(String),
     /// A test stopped the commit at a crash point; the database must be
     /// reopened, as after a real crash.
     #[error("commit stopped at injected crash point {0:?}")]
@@ -553,6 +556,45 @@ impl TxnManager {
         };
         let catalog = self.catalog_at(read_ts)?;
         debug!(read_ts, "begin");
+        Ok(Transaction {
+            mgr: self.clone(),
+            read_ts,
+            writes: BTreeMap::new(),
+            reads: RefCell::new(ReadSet::default()),
+            catalog,
+            catalog_changed: false,
+        })
+    }
+
+    /// Starts a read-only transaction on the snapshot at `read_ts` (a stale
+    /// read). The timestamp must be inside the retention window and not in
+    /// the future.
+    pub fn begin_at(self: &Arc<Self>, read_ts: Timestamp) -> Result<Transaction> {
+        let read_ts = {
+            let mut active = self.active.lock().map_err(|_| Error::Poisoned)?;
+            if read_ts < self.min_read_ts() {
+                return Err(Error::StaleRead(format!(
+                    "read timestamp {read_ts} is older than the version retention window"
+                )));
+            }
+            if read_ts > self.store.visible_ts().max(now_micros()) {
+                return Err(Error::StaleRead(format!(
+                    "read timestamp {read_ts} is in the future"
+                )));
+            }
+            // A timestamp between the newest commit and now reads the newest.
+            let read_ts = read_ts.min(self.store.visible_ts());
+            *active.entry(read_ts).or_insert(0) += 1;
+            read_ts
+        };
+        let catalog = self.catalog_at(read_ts);
+        let catalog = match catalog {
+            Ok(c) => c,
+            Err(e) => {
+                self.end(read_ts);
+                return Err(e);
+            }
+        };
         Ok(Transaction {
             mgr: self.clone(),
             read_ts,
