@@ -59,6 +59,44 @@ fn splits_table_shows_row_tree_boundaries_and_load() {
     assert!(total_rows >= 180, "rows counted: {total_rows}");
     let writes: i64 = rows.iter().map(|r| r.get::<i64>(5).unwrap()).sum();
     assert!(writes >= 180);
+    // EXPLAIN of DML shows the splits written and the commit protocol,
+    // and changes nothing.
+    let plan = |sql: &str| -> Vec<String> {
+        db.query(sql, &[])
+            .unwrap()
+            .rows()
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String>(0).unwrap())
+            .collect()
+    };
+    let one = plan("EXPLAIN UPDATE singers SET name = 'x' WHERE id = 1");
+    assert_eq!(one[0], "UPDATE 1 (1 rows; rolled back by EXPLAIN)");
+    assert!(one[2].starts_with("commit: one phase (split "), "{one:?}");
+    let all = plan("EXPLAIN DELETE FROM singers");
+    assert_eq!(all[0], "DELETE 60 (60 rows; rolled back by EXPLAIN)");
+    assert!(
+        all[2].starts_with("commit: two-phase commit across "),
+        "{all:?}"
+    );
+    assert_eq!(
+        db.query("SELECT count(*) FROM albums", &[])
+            .unwrap()
+            .rows()
+            .unwrap()[0]
+            .get::<i64>(0)
+            .unwrap(),
+        120
+    );
+    assert_eq!(
+        db.query("SELECT name FROM singers WHERE id = 1", &[])
+            .unwrap()
+            .rows()
+            .unwrap()[0]
+            .get::<String>(0)
+            .unwrap(),
+        format!("singer 1 {}", "x".repeat(40))
+    );
     // Deleting every row tree lets small splits merge back.
     db.execute("DELETE FROM singers", &[]).unwrap();
     for i in 0..3 {

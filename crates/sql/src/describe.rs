@@ -96,6 +96,9 @@ pub async fn describe(
         Statement::Setting(SettingStatement::ShowAll) => {
             columns = Some(utf8_schema(&["name".into(), "setting".into()]));
         }
+        Statement::ExplainDml(_) => {
+            columns = Some(utf8_schema(&["plan".into()]));
+        }
         Statement::Insert { insert, .. } => {
             let table = table_of(&catalog, &insert.table.to_string());
             if let (Some(table), Some(source)) = (table, insert.source.as_ref()) {

@@ -69,6 +69,10 @@ pub enum Statement {
     Query(Box<ast::Statement>),
     /// SET / SHOW / RESET of a session parameter ([`crate::settings`]).
     Setting(crate::settings::SettingStatement),
+    /// EXPLAIN of an INSERT, UPDATE or DELETE: the statement runs in a
+    /// transaction that is rolled back, and the result says which splits
+    /// its writes touch and whether its commit would take one phase or two.
+    ExplainDml(Box<Statement>),
 }
 
 impl Statement {
@@ -84,7 +88,7 @@ impl Statement {
             Statement::Insert { .. } => "INSERT",
             Statement::Update(_) => "UPDATE",
             Statement::Delete(_) => "DELETE",
-            Statement::Query(_) => "SELECT",
+            Statement::Query(_) | Statement::ExplainDml(_) => "SELECT",
             Statement::Setting(crate::settings::SettingStatement::Show { .. })
             | Statement::Setting(crate::settings::SettingStatement::ShowAll) => "SHOW",
             Statement::Setting(crate::settings::SettingStatement::Set { value: None, .. })
@@ -218,6 +222,17 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         },
         ast::Statement::Update(update) => Statement::Update(Box::new(update)),
         ast::Statement::Delete(delete) => Statement::Delete(Box::new(delete)),
+        ast::Statement::Explain {
+            statement,
+            analyze: false,
+            ..
+        } if matches!(
+            statement.as_ref(),
+            ast::Statement::Insert(_) | ast::Statement::Update(_) | ast::Statement::Delete(_)
+        ) =>
+        {
+            Statement::ExplainDml(Box::new(classify(*statement)?))
+        }
         q @ (ast::Statement::Query(_) | ast::Statement::Explain { .. }) => {
             Statement::Query(Box::new(q))
         }

@@ -223,7 +223,7 @@ impl StatementContext {
 
     /// Runs one non-transaction-control statement.
     async fn run(&self, stmt: Statement, read_only: bool) -> Result<Output> {
-        if read_only && !matches!(stmt, Statement::Query(_)) {
+        if read_only && !matches!(stmt, Statement::Query(_) | Statement::ExplainDml(_)) {
             return Err(Error::ReadOnly(format!(
                 "cannot execute {} in a read-only transaction",
                 stmt.tag()
@@ -269,6 +269,7 @@ impl StatementContext {
                 let (schema, batches) = self.query(*q, false).await?;
                 Ok(Output::Rows { schema, batches })
             }
+            Statement::ExplainDml(inner) => self.explain_dml(*inner).await,
             Statement::Begin { .. }
             | Statement::Commit
             | Statement::Rollback
@@ -276,6 +277,51 @@ impl StatementContext {
                 "transaction control reached StatementContext::run".into(),
             )),
         }
+    }
+}
+
+impl StatementContext {
+    /// Runs a DML statement in a throwaway transaction at the newest
+    /// snapshot (so nothing is written) and reports the rows it changes,
+    /// the splits its writes fall in and how its commit would go.
+    async fn explain_dml(&self, inner: Statement) -> Result<Output> {
+        let scratch = StatementContext {
+            engine: self.engine.clone(),
+            txn: Arc::new(Mutex::new(self.engine.mgr.begin()?)),
+        };
+        let out = Box::pin(scratch.run(inner, false)).await?;
+        let splits = scratch.lock()?.write_splits()?;
+        let (tag, rows) = match out {
+            Output::Command { tag, rows } => (tag, rows),
+            Output::Rows { .. } => (String::new(), 0),
+        };
+        let commit = match splits.len() {
+            0 => "nothing to commit".to_string(),
+            1 => format!("one phase (split {})", splits[0]),
+            n => format!("two-phase commit across {n} splits"),
+        };
+        let ids: Vec<String> = splits.iter().map(|i| i.to_string()).collect();
+        let lines = vec![
+            format!("{tag} ({rows} rows; rolled back by EXPLAIN)"),
+            format!("splits written: [{}]", ids.join(", ")),
+            format!("commit: {commit}"),
+        ];
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new(
+                "plan",
+                datafusion::arrow::datatypes::DataType::Utf8,
+                false,
+            ),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(datafusion::arrow::array::StringArray::from(lines))],
+        )
+        .map_err(datafusion::error::DataFusionError::from)?;
+        Ok(Output::Rows {
+            schema,
+            batches: vec![batch],
+        })
     }
 }
 

@@ -769,6 +769,23 @@ impl Transaction {
     }
 
     /// Commits atomically and durably, or fails with [`Error::Conflict`].
+    /// Ids of the splits the buffered writes fall in, in key order: one
+    /// means the commit would take one phase, more means two-phase commit.
+    pub fn write_splits(&self) -> Result<Vec<u64>> {
+        let map = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
+        let mut ids: Vec<u64> = Vec::new();
+        let keys = self.writes.keys().map(|k| k.as_slice());
+        let catalog = self.catalog_changed.then_some(CATALOG_KEY);
+        for k in catalog.into_iter().chain(keys) {
+            let id = map.splits()[map.index_of(k)].id;
+            if ids.last() != Some(&id) {
+                ids.push(id);
+            }
+        }
+        ids.dedup();
+        Ok(ids)
+    }
+
     /// The buffered writes are consumed: after a commit (successful or
     /// not) the transaction holds nothing and must not be used again.
     pub fn commit(&mut self) -> Result<Option<CommitInfo>> {
