@@ -133,6 +133,10 @@ impl Engine {
             Arc::new(info_schema::InfoSchema::new(catalog.clone())),
         )?;
         cat.register_schema(
+            "pg_catalog",
+            Arc::new(crate::pg_catalog::PgCatalog::new(catalog.clone())),
+        )?;
+        cat.register_schema(
             "spindle_sys",
             Arc::new(crate::sys_schema::SysSchema::new(
                 catalog.clone(),
@@ -145,9 +149,11 @@ impl Engine {
             "spindle".into(),
             Arc::new(cat),
         );
-        Ok(SessionStateBuilder::new_from_existing(self.base.clone())
+        let mut state = SessionStateBuilder::new_from_existing(self.base.clone())
             .with_catalog_list(Arc::new(list))
-            .build())
+            .build();
+        crate::pg_catalog::register_catalog_functions(&mut state, catalog)?;
+        Ok(state)
     }
 }
 
@@ -333,6 +339,7 @@ pub(crate) async fn run_plan(
         unique_output_names(&mut q.body);
     }
     spindle_numeric_casts(&mut stmt);
+    crate::pg_catalog::rewrite(&mut stmt);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
         .await?;
