@@ -137,6 +137,18 @@ fn psql_scenario() {
         "{dplus}"
     );
 
+    let dplus = psql(&bin, addr, &["\\d+ albums"]);
+    assert!(
+        dplus.contains("\"albums_interleave\" INTERLEAVE IN PARENT singers ON DELETE CASCADE"),
+        "{dplus}"
+    );
+
+    let di = psql(&bin, addr, &["\\di"]);
+    assert!(
+        di.contains(" public | albums_pkey  | index | spindle | albums"),
+        "{di}"
+    );
+
     let l = psql(&bin, addr, &["\\l"]);
     println!("{l}");
     assert!(l.contains("List of databases"), "{l}");

@@ -1312,6 +1312,19 @@ fn rewrite_expr(e: &mut ast::Expr) {
                 *e = Expr::Value(ast::Value::Null.into());
             }
         }
+        // `reloptions || ARRAY(subquery)` after the subquery became NULL.
+        Expr::BinaryOp {
+            left,
+            op: B::StringConcat,
+            right,
+        } if matches!(right.as_ref(), Expr::Value(v) if v.value == ast::Value::Null)
+            && matches!(
+                left.as_ref(),
+                Expr::CompoundIdentifier(_) | Expr::Identifier(_)
+            ) =>
+        {
+            *e = std::mem::replace(left.as_mut(), Expr::Value(ast::Value::Null.into()));
+        }
         Expr::BinaryOp { op, .. } => {
             if let B::PGCustomBinaryOperator(parts) = op {
                 let new = match parts.last().map(|s| s.as_str()) {
