@@ -1236,6 +1236,7 @@ pub fn register_catalog_functions(state: &mut SessionState, catalog: Arc<Catalog
 /// unqualified `pg_class`-style table names.
 pub fn rewrite(stmt: &mut ast::Statement) {
     use std::ops::ControlFlow;
+    let mut catalog_query = false;
     let _ = ast::visit_relations_mut(stmt, |name| {
         if name.0.len() == 1 {
             if let Some(id) = name.0[0].as_ident() {
@@ -1248,10 +1249,42 @@ pub fn rewrite(stmt: &mut ast::Statement) {
                 }
             }
         }
+        if name.0.len() == 2
+            && name.0[0]
+                .as_ident()
+                .is_some_and(|i| i.value.eq_ignore_ascii_case("pg_catalog"))
+        {
+            catalog_query = true;
+        }
         ControlFlow::<()>::Continue(())
     });
+    // The rewrites that approximate psql's catalog queries (dropping
+    // COLLATE, ARRAY(subquery) as NULL, aggregating single-row subqueries,
+    // reg* casts) change meaning, so they apply only to statements that
+    // read pg_catalog; user queries get only the harmless ones.
     let _ = ast::visit_expressions_mut(stmt, |e| {
-        rewrite_expr(e);
+        if catalog_query {
+            rewrite_expr(e);
+        } else if let ast::Expr::Function(f) = e {
+            // `pg_catalog.version()` → `version()`.
+            if f.name.0.len() == 2
+                && f.name.0[0]
+                    .as_ident()
+                    .is_some_and(|i| i.value.eq_ignore_ascii_case("pg_catalog"))
+            {
+                let last = f.name.0[1].clone();
+                f.name = ast::ObjectName(vec![last]);
+            }
+        } else if matches!(
+            e,
+            ast::Expr::BinaryOp {
+                op: ast::BinaryOperator::PGCustomBinaryOperator(_),
+                ..
+            }
+        ) {
+            // `OPERATOR(pg_catalog.~)` → `~`.
+            rewrite_expr(e);
+        }
         ControlFlow::<()>::Continue(())
     });
 }
