@@ -5,6 +5,9 @@
 //! durable), so it measures the commit path itself, not SQL planning. Each
 //! client writes its own accounts, so no transaction conflicts with another.
 //!
+//! A benchmark harness, not part of the database: any failure aborts the
+//! run with a message (`expect`), which is what a measurement wants.
+//!
 //! ```text
 //! cargo run --release -p spindle-bench --bin commit-bench -- [--seconds 3] [--dir /path/on/disk]
 //! ```

@@ -961,7 +961,9 @@ impl datafusion::logical_expr::ScalarUDFImpl for PgFn {
             });
         }
         if all_scalar {
-            return Ok(ColumnarValue::Scalar(out.pop().unwrap()));
+            if let Some(v) = out.pop() {
+                return Ok(ColumnarValue::Scalar(v));
+            }
         }
         if out.is_empty() {
             return Ok(ColumnarValue::Array(
