@@ -23,6 +23,27 @@
 //! * Table and column ids are never reused, so stored rows stay readable
 //!   across ADD/DROP COLUMN.
 //!
+//! * Indexes share the tables' namespace and id space. An index's columns
+//!   are key-typed columns of its table; STORING columns are non-key
+//!   columns not already in the index key. An index interleaved in a
+//!   parent names an ancestor of its table, and its columns begin with
+//!   that ancestor's key columns (same order and directions). Dropping a
+//!   table drops its indexes; an indexed column cannot be dropped.
+//!
+//! ## Index entries
+//!
+//! An index key is the indexed columns followed by the table's primary-key
+//! columns not already among them ([`Catalog::index_key_columns`]); the
+//! value is the STORING columns, encoded like a row. A global index is a
+//! root-level key space of its own; an interleaved index's entries sit in
+//! the parent's row tree, after the parent's row key
+//! ([`Catalog::index_chain`] gives both layouts as a table chain):
+//!
+//! ```text
+//!   global      20 [index id] [indexed cols] [rest of the table key]
+//!   interleaved 20 [Singers id] [SingerId] 20 [index id] [indexed cols after SingerId] [rest]
+//! ```
+//!
 //! ```text
 //!   Singers (id 1)                         key: SingerId
 //!    └─ Albums (id 2)  IN PARENT, CASCADE   key: SingerId, AlbumId
@@ -50,6 +71,8 @@ pub enum Error {
     TableExists(String),
     #[error("table \"{0}\" does not exist")]
     NoSuchTable(String),
+    #[error("index \"{0}\" does not exist")]
+    NoSuchIndex(String),
     #[error("column \"{0}\" of table \"{1}\" does not exist")]
     NoSuchColumn(String, String),
     #[error("column \"{0}\" of table \"{1}\" already exists")]
@@ -165,12 +188,47 @@ pub struct TableDef {
     pub interleave: Option<Interleave>,
 }
 
+/// A secondary index (see the module docs for its key layout).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Index {
+    /// Shares the id space of tables: an index's key space starts with the
+    /// table marker and this id, like a table's.
+    pub id: u32,
+    pub name: String,
+    pub table: String,
+    /// The indexed columns as declared.
+    pub columns: Vec<KeyColumn>,
+    /// Non-key columns copied into each entry's value (`STORING`/`INCLUDE`).
+    pub storing: Vec<String>,
+    pub unique: bool,
+    /// Rows with NULL in any indexed column have no entry.
+    pub null_filtered: bool,
+    /// The ancestor table whose row trees hold the entries; `None` for a
+    /// global index, whose entries are a root-level key space.
+    pub interleave_in: Option<String>,
+}
+
+/// A CREATE INDEX, already parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexDef {
+    pub name: String,
+    pub table: String,
+    pub columns: Vec<KeyColumn>,
+    pub storing: Vec<String>,
+    pub unique: bool,
+    pub null_filtered: bool,
+    pub interleave_in: Option<String>,
+}
+
 /// The schema of a database.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Catalog {
     /// Keyed by lower-cased name.
     tables: BTreeMap<String, Table>,
     next_table_id: u32,
+    /// Secondary indexes by name (names share one namespace with tables).
+    #[serde(default)]
+    indexes: BTreeMap<String, Index>,
 }
 
 /// Catalog keys are names exactly as the SQL layer resolved them (it folds
@@ -184,6 +242,7 @@ impl Catalog {
         Catalog {
             tables: BTreeMap::new(),
             next_table_id: 1,
+            indexes: BTreeMap::new(),
         }
     }
 
@@ -305,7 +364,7 @@ impl Catalog {
 
     pub fn create_table(&mut self, def: TableDef) -> Result<&Table> {
         let name = def.name.clone();
-        if self.table(&name).is_some() {
+        if self.table(&name).is_some() || self.index(&name).is_some() {
             return Err(Error::TableExists(name));
         }
         if def.columns.is_empty() {
@@ -446,9 +505,215 @@ impl Catalog {
                 table.name, children[0].name
             )));
         }
-        self.tables
+        let dropped = self
+            .tables
             .remove(&fold(name))
-            .ok_or_else(|| Error::NoSuchTable(name.to_string()))
+            .ok_or_else(|| Error::NoSuchTable(name.to_string()))?;
+        // Its indexes go with it (as in PostgreSQL); the caller deletes
+        // their entries, found with `table_indexes` before the drop.
+        self.indexes.retain(|_, ix| ix.table != dropped.name);
+        Ok(dropped)
+    }
+
+    pub fn indexes(&self) -> impl Iterator<Item = &Index> {
+        self.indexes.values()
+    }
+
+    pub fn index(&self, name: &str) -> Option<&Index> {
+        self.indexes.get(name)
+    }
+
+    pub fn index_by_id(&self, id: u32) -> Option<&Index> {
+        self.indexes.values().find(|i| i.id == id)
+    }
+
+    /// The indexes on `table`, by name.
+    pub fn table_indexes(&self, table: &str) -> Vec<&Index> {
+        self.indexes.values().filter(|i| i.table == table).collect()
+    }
+
+    /// An index's key columns: the indexed columns, then the table's
+    /// primary-key columns not already among them.
+    pub fn index_key_columns(&self, index: &Index) -> Result<Vec<KeyColumn>> {
+        let table = self.get_table(&index.table)?;
+        let mut cols = index.columns.clone();
+        for k in &table.primary_key {
+            if !cols.iter().any(|c| c.name == k.name) {
+                cols.push(k.clone());
+            }
+        }
+        Ok(cols)
+    }
+
+    /// The key layout of an index as a chain of tables, root first, whose
+    /// last element is a virtual table standing for the index: its id is
+    /// the index id, its primary key the index key columns, its other
+    /// columns the STORING columns (with the base table's column ids, so
+    /// an entry's value is encoded like a row). A global index is a chain
+    /// of one; an interleaved index's chain is its parent's ancestry plus
+    /// the virtual table, so entries encode under the parent's row key.
+    pub fn index_chain(&self, index: &Index) -> Result<Vec<Table>> {
+        let table = self.get_table(&index.table)?;
+        let key = self.index_key_columns(index)?;
+        let mut columns = Vec::new();
+        for name in key.iter().map(|k| &k.name).chain(&index.storing) {
+            let c = table
+                .column(name)
+                .ok_or_else(|| Error::NoSuchColumn(name.clone(), table.name.clone()))?;
+            let mut c = c.clone();
+            c.hidden = false;
+            columns.push(c);
+        }
+        let mut chain: Vec<Table> = match &index.interleave_in {
+            Some(p) => self.ancestry(p)?.into_iter().cloned().collect(),
+            None => Vec::new(),
+        };
+        chain.push(Table {
+            id: index.id,
+            name: index.name.clone(),
+            columns,
+            primary_key: key,
+            interleave: index.interleave_in.as_ref().map(|p| Interleave {
+                parent: p.clone(),
+                kind: InterleaveKind::In,
+                on_delete: OnDelete::NoAction,
+            }),
+            next_column_id: 0,
+        });
+        Ok(chain)
+    }
+
+    pub fn create_index(&mut self, def: IndexDef) -> Result<&Index> {
+        let name = def.name.clone();
+        if self.index(&name).is_some() || self.table(&name).is_some() {
+            return Err(Error::TableExists(name));
+        }
+        let table = self.get_table(&def.table)?;
+        if def.columns.is_empty() {
+            return Err(Error::InvalidDefinition(format!(
+                "index \"{name}\" needs at least one column"
+            )));
+        }
+        if def.columns.len() > MAX_KEY_COLUMNS {
+            return Err(Error::LimitExceeded(format!(
+                "index \"{name}\" has {} columns; at most {MAX_KEY_COLUMNS} are allowed",
+                def.columns.len()
+            )));
+        }
+        for (i, k) in def.columns.iter().enumerate() {
+            let col = table
+                .column(&k.name)
+                .filter(|c| !c.hidden)
+                .ok_or_else(|| Error::NoSuchColumn(k.name.clone(), table.name.clone()))?;
+            if !col.data_type.is_key_type() {
+                return Err(Error::InvalidDefinition(format!(
+                    "column \"{}\" of type {} cannot be indexed",
+                    col.name, col.data_type
+                )));
+            }
+            if primary_key_dup(&def.columns, i) {
+                return Err(Error::InvalidDefinition(format!(
+                    "column \"{}\" appears twice in index \"{name}\"",
+                    k.name
+                )));
+            }
+        }
+        for (i, s) in def.storing.iter().enumerate() {
+            table
+                .column(s)
+                .filter(|c| !c.hidden)
+                .ok_or_else(|| Error::NoSuchColumn(s.clone(), table.name.clone()))?;
+            if table.is_key_column(s) || def.columns.iter().any(|c| &c.name == s) {
+                return Err(Error::InvalidDefinition(format!(
+                    "column \"{s}\" is part of the key of index \"{name}\" and cannot also be stored"
+                )));
+            }
+            if def.storing[..i].contains(s) {
+                return Err(Error::InvalidDefinition(format!(
+                    "column \"{s}\" is stored twice in index \"{name}\""
+                )));
+            }
+        }
+        let mut interleave_in = None;
+        if let Some(p) = &def.interleave_in {
+            let parent = self.get_table(p)?;
+            let ancestry = self.ancestry(&table.name)?;
+            if parent.name == table.name || !ancestry.iter().any(|t| t.name == parent.name) {
+                return Err(Error::InvalidDefinition(format!(
+                    "index \"{name}\" can only be interleaved in an ancestor of \"{}\", and \"{}\" is not one",
+                    table.name, parent.name
+                )));
+            }
+            let prefix_ok = parent.primary_key.len() <= def.columns.len()
+                && parent
+                    .primary_key
+                    .iter()
+                    .zip(&def.columns)
+                    .all(|(pk, ic)| pk.name == ic.name && pk.direction == ic.direction);
+            if !prefix_ok {
+                return Err(Error::InvalidDefinition(format!(
+                    "the columns of index \"{name}\" interleaved in \"{}\" must begin with its primary key ({}), in order and with the same directions",
+                    parent.name,
+                    parent
+                        .primary_key
+                        .iter()
+                        .map(|k| k.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            interleave_in = Some(parent.name.clone());
+        }
+        let table_name = table.name.clone();
+        let id = self.next_table_id;
+        self.next_table_id += 1;
+        let index = Index {
+            id,
+            name: name.clone(),
+            table: table_name,
+            columns: def.columns,
+            storing: def.storing,
+            unique: def.unique,
+            null_filtered: def.null_filtered,
+            interleave_in,
+        };
+        Ok(self.indexes.entry(name).or_insert(index))
+    }
+
+    pub fn drop_index(&mut self, name: &str) -> Result<Index> {
+        self.indexes
+            .remove(name)
+            .ok_or_else(|| Error::NoSuchIndex(name.to_string()))
+    }
+
+    /// How many key values a key of the table or index `id` carries in
+    /// all (its own and its ancestors'), or `None` for an unknown id.
+    pub fn key_width(&self, id: u32) -> Option<usize> {
+        if let Some(t) = self.table_by_id(id) {
+            return Some(t.primary_key.len());
+        }
+        let ix = self.index_by_id(id)?;
+        self.index_key_columns(ix).ok().map(|k| k.len())
+    }
+
+    /// The id of the table or index a stored key belongs to: the id of its
+    /// deepest level.
+    pub fn key_owner(&self, key: &[u8]) -> std::result::Result<u32, KeyError> {
+        let mut pos = 0;
+        let mut prev = 0;
+        loop {
+            let id = spindle_keys::key::decode_table_prefix(key, &mut pos)?;
+            let width = self.key_width(id).ok_or_else(|| {
+                Error::InvalidDefinition(format!("key of unknown table or index {id}"))
+            })?;
+            for _ in prev..width {
+                pos += spindle_keys::key::value_len(&key[pos..])?;
+            }
+            prev = width;
+            if pos >= key.len() {
+                return Ok(id);
+            }
+        }
     }
 
     pub fn add_column(&mut self, table: &str, def: ColumnDef) -> Result<&Column> {
@@ -487,6 +752,21 @@ impl Catalog {
                 t.name
             )));
         }
+        let table_name = t.name.clone();
+        if let Some(ix) = self.indexes.values().find(|ix| {
+            ix.table == table_name
+                && (ix.columns.iter().any(|c| c.name == column)
+                    || ix.storing.iter().any(|c| c == column))
+        }) {
+            return Err(Error::Dependent(format!(
+                "cannot drop column \"{column}\": index \"{}\" uses it; drop the index first",
+                ix.name
+            )));
+        }
+        let t = self
+            .tables
+            .get_mut(&fold(table))
+            .ok_or_else(|| Error::NoSuchTable(table.to_string()))?;
         if t.columns.iter().filter(|c| !c.hidden).count() == 1 {
             return Err(Error::InvalidDefinition(format!(
                 "cannot drop the only column of \"{}\"",

@@ -4,7 +4,7 @@
 //! statement touches (a dropped table's rows, an added column's default)
 //! is written in the same transaction.
 
-use spindle_catalog::{Catalog, ColumnDef, Table, TableDef};
+use spindle_catalog::{Catalog, ColumnDef, IndexDef, Table, TableDef};
 use spindle_keys::{row, Value};
 
 use crate::error::{Error, Result};
@@ -82,7 +82,12 @@ pub(crate) fn drop_table(ctx: &StatementContext, name: &str, if_exists: bool) ->
     };
     catalog.drop_table(name)?;
     let before = ctx.catalog()?;
-    crate::blocking(|| delete_table_rows(ctx, &before, &table))?;
+    crate::blocking(|| -> Result<()> {
+        for plan in crate::index::IndexPlan::for_table(&before, &table.name)? {
+            delete_index_entries(ctx, &plan)?;
+        }
+        delete_table_rows(ctx, &before, &table)
+    })?;
     ctx.lock()?.set_catalog(catalog);
     done("DROP TABLE")
 }
@@ -106,6 +111,67 @@ fn delete_table_rows(ctx: &StatementContext, catalog: &Catalog, table: &Table) -
         }
     }
     for k in doomed {
+        txn.delete(k);
+    }
+    Ok(())
+}
+
+/// CREATE INDEX: the catalog change and the backfill of existing rows
+/// commit together in the statement's transaction. The backfill reads the
+/// whole table at the transaction's snapshot, so a write to the table
+/// committed meanwhile makes the commit fail with a serialization error
+/// (retried for an autocommit statement), and every transaction that
+/// overlaps the schema change aborts (each implicitly reads the catalog):
+/// writers are held off for the duration of the backfill, and no write can
+/// miss the new index.
+pub(crate) fn create_index(
+    ctx: &StatementContext,
+    def: IndexDef,
+    if_not_exists: bool,
+) -> Result<Output> {
+    let mut catalog: Catalog = (*ctx.catalog()?).clone();
+    if if_not_exists && catalog.index(&def.name).is_some() {
+        return done("CREATE INDEX");
+    }
+    let index = catalog.create_index(def)?.clone();
+    let mut txn = ctx.lock()?;
+    crate::blocking(|| crate::index::backfill(&mut txn, &catalog, &index))?;
+    txn.set_catalog(catalog);
+    done("CREATE INDEX")
+}
+
+pub(crate) fn drop_index(
+    ctx: &StatementContext,
+    names: &[String],
+    if_exists: bool,
+) -> Result<Output> {
+    let before = ctx.catalog()?;
+    let mut catalog: Catalog = (*before).clone();
+    for name in names {
+        let Some(index) = catalog.index(name).cloned() else {
+            if if_exists {
+                continue;
+            }
+            return Err(spindle_catalog::Error::NoSuchIndex(name.clone()).into());
+        };
+        let plan = crate::index::IndexPlan::new(&before, &index)?;
+        crate::blocking(|| delete_index_entries(ctx, &plan))?;
+        catalog.drop_index(name)?;
+    }
+    ctx.lock()?.set_catalog(catalog);
+    done("DROP INDEX")
+}
+
+fn delete_index_entries(ctx: &StatementContext, plan: &crate::index::IndexPlan) -> Result<()> {
+    let mut txn = ctx.lock()?;
+    if plan.chain.len() == 1 {
+        let mut prefix = Vec::new();
+        spindle_keys::key::encode_table_prefix(&mut prefix, plan.index.id);
+        let end = spindle_keys::key::prefix_end(&prefix);
+        txn.delete_range(&prefix, end.as_deref())?;
+        return Ok(());
+    }
+    for k in plan.all_entries(&txn)? {
         txn.delete(k);
     }
     Ok(())

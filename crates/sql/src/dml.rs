@@ -20,7 +20,7 @@
 //! survive), fails while an `ON DELETE NO ACTION` child row exists, and
 //! leaves `INTERLEAVE IN` children in place.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -28,11 +28,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemTable, MemorySchemaProvider, SchemaProvider};
 use datafusion::sql::sqlparser::ast;
 use spindle_catalog::{Catalog, InterleaveKind, OnDelete, Table};
-use spindle_keys::key::{decode_table_prefix, prefix_end, value_len};
+use spindle_keys::key::prefix_end;
 use spindle_keys::{row, Value};
 
 use crate::ddl::eval_default;
 use crate::error::{Error, Result};
+use crate::index::{maintain, IndexPlan};
 use crate::parser::{fold_ident, object_name};
 use crate::session::{run_plan, StatementContext};
 use crate::types::{array_value, build_array, coerce, table_schema, value_to_text};
@@ -271,6 +272,7 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
     // Defaults, evaluated once per statement when needed.
     let mut defaults: Vec<Option<Value>> = vec![None; table.columns.len()];
     let key_idx = table.key_indices();
+    let indexes = IndexPlan::for_table(&catalog, &table.name)?;
     let mut count = 0u64;
     for r in rows {
         let mut full: Vec<Value> = vec![Value::Null; table.columns.len()];
@@ -293,8 +295,17 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
             }
             full[i] = defaults[i].clone().unwrap_or(Value::Null);
         }
-        let wrote =
-            write_inserted_row(ctx, &catalog, &table, &key_idx, full, &given, &on_conflict).await?;
+        let wrote = write_inserted_row(
+            ctx,
+            &catalog,
+            &table,
+            &indexes,
+            &key_idx,
+            full,
+            &given,
+            &on_conflict,
+        )
+        .await?;
         if wrote {
             count += 1;
         }
@@ -355,12 +366,16 @@ fn key_text(table: &Table, key: &[Value]) -> String {
     format!("({})=({})", names.join(", "), vals.join(", "))
 }
 
-/// Checks NOT NULL, encodes and writes one row; `full` is in column order.
+/// Checks NOT NULL, encodes and writes one row and its index entries;
+/// `full` (and `old`, the row's previous values if it existed) are in
+/// column order.
 fn put_row(
     txn: &mut spindle_txn::Transaction,
     table: &Table,
+    indexes: &[IndexPlan],
     key: Vec<u8>,
     full: &[Value],
+    old: Option<&[Value]>,
 ) -> Result<()> {
     for (col, v) in table.columns.iter().zip(full) {
         if v.is_null() && !col.nullable {
@@ -377,12 +392,13 @@ fn put_row(
         .filter(|(c, _)| !table.is_key_column(&c.name))
         .map(|(c, v)| (c.id, v))
         .collect();
+    crate::blocking(|| maintain(txn, indexes, old, Some(full)))?;
     txn.put(key, row::encode_row(&cols));
     Ok(())
 }
 
 /// Decodes a stored row into column order.
-fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Result<Vec<Value>> {
+pub(crate) fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Result<Vec<Value>> {
     let stored = row::decode_row(value)?;
     let mut full = vec![Value::Null; table.columns.len()];
     for (i, col) in table.columns.iter().enumerate() {
@@ -395,10 +411,12 @@ fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Result<Vec<Val
     Ok(full)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn write_inserted_row(
     ctx: &StatementContext,
     catalog: &Catalog,
     table: &Table,
+    indexes: &[IndexPlan],
     key_idx: &[usize],
     mut full: Vec<Value>,
     given: &[bool],
@@ -442,9 +460,10 @@ async fn write_inserted_row(
     }
     let existing = crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?;
     let Some(existing) = existing else {
-        put_row(&mut *ctx.lock()?, table, key, &full)?;
+        put_row(&mut *ctx.lock()?, table, indexes, key, &full, None)?;
         return Ok(true);
     };
+    let current = stored_row(table, &kv, &existing)?;
     match on_conflict {
         OnConflict::Error => Err(Error::UniqueViolation(format!(
             "duplicate key value violates unique constraint \"{}_pkey\": Key {} already exists",
@@ -453,24 +472,37 @@ async fn write_inserted_row(
         ))),
         OnConflict::Nothing => Ok(false),
         OnConflict::Replace => {
-            put_row(&mut *ctx.lock()?, table, key, &full)?;
+            put_row(
+                &mut *ctx.lock()?,
+                table,
+                indexes,
+                key,
+                &full,
+                Some(&current),
+            )?;
             Ok(true)
         }
         OnConflict::UpdateListed => {
-            let mut merged = stored_row(table, &kv, &existing)?;
+            let mut merged = current.clone();
             for (i, g) in given.iter().enumerate() {
                 if *g {
                     merged[i] = full[i].clone();
                 }
             }
-            put_row(&mut *ctx.lock()?, table, key, &merged)?;
+            put_row(
+                &mut *ctx.lock()?,
+                table,
+                indexes,
+                key,
+                &merged,
+                Some(&current),
+            )?;
             Ok(true)
         }
         OnConflict::DoUpdate {
             assignments,
             selection,
         } => {
-            let current = stored_row(table, &kv, &existing)?;
             let Some(updated) = eval_do_update(
                 ctx,
                 table,
@@ -483,7 +515,14 @@ async fn write_inserted_row(
             else {
                 return Ok(false);
             };
-            put_row(&mut *ctx.lock()?, table, key, &updated)?;
+            put_row(
+                &mut *ctx.lock()?,
+                table,
+                indexes,
+                key,
+                &updated,
+                Some(&current),
+            )?;
             Ok(true)
         }
     }
@@ -666,6 +705,7 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     let rows = query_rows(ctx, &sql, true).await?;
     let key_idx = table.key_indices();
     let ncols = table.columns.len();
+    let indexes = IndexPlan::for_table(&catalog, &table.name)?;
     let mut seen = HashSet::new();
     let mut count = 0;
     for r in rows {
@@ -679,7 +719,14 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
             let col = &table.columns[*i];
             full[*i] = coerce(r[ncols + j].clone(), &col.data_type, &col.name)?;
         }
-        put_row(&mut *ctx.lock()?, &table, key, &full)?;
+        put_row(
+            &mut *ctx.lock()?,
+            &table,
+            &indexes,
+            key,
+            &full,
+            Some(&r[..ncols]),
+        )?;
         count += 1;
     }
     Ok(count)
@@ -716,7 +763,7 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
         sql.push_str(&format!(" WHERE {sel}"));
     }
     let rows = query_rows(ctx, &sql, true).await?;
-    let plan = CascadePlan::new(&catalog, &table);
+    let plan = CascadePlan::new(&catalog, &table)?;
     let mut seen = HashSet::new();
     let mut count = 0;
     for kv in rows {
@@ -744,12 +791,15 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
 struct CascadePlan {
     /// Ids of `table` and the tables reached through ON DELETE CASCADE.
     deleted: HashSet<u32>,
-    /// Some table below needs per-key handling (NO ACTION or INTERLEAVE IN).
+    /// Some table below needs per-key handling (NO ACTION or INTERLEAVE IN),
+    /// or a deleted table has indexes whose entries must go row by row.
     selective: bool,
+    /// Index plans of the deleted tables that have indexes, by table id.
+    indexes: HashMap<u32, (Table, Vec<IndexPlan>)>,
 }
 
 impl CascadePlan {
-    fn new(catalog: &Catalog, table: &Table) -> CascadePlan {
+    fn new(catalog: &Catalog, table: &Table) -> Result<CascadePlan> {
         let mut deleted = HashSet::from([table.id]);
         let mut selective = false;
         let mut stack = vec![table.name.clone()];
@@ -764,7 +814,22 @@ impl CascadePlan {
                 }
             }
         }
-        CascadePlan { deleted, selective }
+        let mut indexes = HashMap::new();
+        for id in &deleted {
+            let Some(t) = catalog.table_by_id(*id) else {
+                continue;
+            };
+            let plans = IndexPlan::for_table(catalog, &t.name)?;
+            if !plans.is_empty() {
+                indexes.insert(*id, (t.clone(), plans));
+            }
+        }
+        let selective = selective || !indexes.is_empty();
+        Ok(CascadePlan {
+            deleted,
+            selective,
+            indexes,
+        })
     }
 
     fn delete_row_tree(
@@ -782,10 +847,23 @@ impl CascadePlan {
         }
         let mut doomed = Vec::new();
         for item in txn.scan(key, end.as_deref()) {
-            let (k, _) = item?;
-            let tid = key_table_id(catalog, &k)?;
+            let (k, v) = item?;
+            let tid = catalog.key_owner(&k).map_err(key_error)?;
             if self.deleted.contains(&tid) {
-                doomed.push(k);
+                if let Some((t, _)) = self.indexes.get(&tid) {
+                    let chain = catalog.ancestry(&t.name)?;
+                    let kv = Catalog::decode_key(&chain, &k)?.ok_or_else(|| {
+                        Error::Internal(format!("row key of {} does not decode", t.name))
+                    })?;
+                    doomed.push((k, Some((tid, stored_row(t, &kv, &v)?))));
+                } else {
+                    doomed.push((k, None));
+                }
+                continue;
+            }
+            if catalog.index_by_id(tid).is_some() {
+                // An entry of an index interleaved here: it goes (or stays)
+                // with its row, through `maintain`.
                 continue;
             }
             let Some(t) = catalog.table_by_id(tid) else {
@@ -806,28 +884,14 @@ impl CascadePlan {
                 }
             }
         }
-        for k in doomed {
+        for (k, row) in doomed {
+            if let Some((tid, row)) = row {
+                if let Some((_, plans)) = self.indexes.get(&tid) {
+                    maintain(txn, plans, Some(&row), None)?;
+                }
+            }
             txn.delete(k);
         }
         Ok(())
-    }
-}
-
-/// The id of the table a row key belongs to (the deepest level).
-fn key_table_id(catalog: &Catalog, key: &[u8]) -> Result<u32> {
-    let mut pos = 0;
-    let mut prev_len = 0;
-    loop {
-        let id = decode_table_prefix(key, &mut pos)?;
-        let t = catalog
-            .table_by_id(id)
-            .ok_or_else(|| Error::Internal(format!("key of unknown table {id}")))?;
-        for _ in prev_len..t.primary_key.len() {
-            pos += value_len(&key[pos..])?;
-        }
-        prev_len = t.primary_key.len();
-        if pos >= key.len() {
-            return Ok(id);
-        }
     }
 }

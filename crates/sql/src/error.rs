@@ -93,6 +93,7 @@ impl Error {
             Error::Catalog(c) => match c {
                 C::TableExists(_) => "42P07",
                 C::NoSuchTable(_) => "42P01",
+                C::NoSuchIndex(_) => "42704",
                 C::NoSuchColumn(..) => "42703",
                 C::ColumnExists(..) => "42701",
                 C::InvalidDefinition(_) => "42P16",

@@ -12,6 +12,12 @@
 //! ALTER TABLE name ADD [COLUMN] [IF NOT EXISTS] column
 //! ALTER TABLE name DROP [COLUMN] [IF EXISTS] name
 //! DROP TABLE [IF EXISTS] name
+//! CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] [name] ON table [USING btree]
+//!     ( col [ASC|DESC], ... )
+//!     [STORING (cols) | INCLUDE (cols)]                              -- GoogleSQL | PG
+//!     [[,] INTERLEAVE IN parent]
+//!     [WHERE col IS NOT NULL [AND ...]]                              -- PG NULL_FILTERED
+//! DROP INDEX [IF EXISTS] name [, ...]
 //! INSERT OR UPDATE [INTO] ...                                       -- GoogleSQL upsert
 //! ```
 //!
@@ -24,7 +30,9 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::Token;
-use spindle_catalog::{ColumnDef, Interleave, InterleaveKind, KeyColumn, OnDelete, TableDef};
+use spindle_catalog::{
+    ColumnDef, IndexDef, Interleave, InterleaveKind, KeyColumn, OnDelete, TableDef,
+};
 use spindle_keys::{DataType, Direction};
 
 use crate::error::{Error, Result};
@@ -41,6 +49,14 @@ pub enum Statement {
     },
     DropTable {
         name: String,
+        if_exists: bool,
+    },
+    CreateIndex {
+        def: IndexDef,
+        if_not_exists: bool,
+    },
+    DropIndex {
+        names: Vec<String>,
         if_exists: bool,
     },
     AddColumn {
@@ -81,6 +97,8 @@ impl Statement {
         match self {
             Statement::CreateTable { .. } => "CREATE TABLE",
             Statement::DropTable { .. } => "DROP TABLE",
+            Statement::CreateIndex { .. } => "CREATE INDEX",
+            Statement::DropIndex { .. } => "DROP INDEX",
             Statement::AddColumn { .. } | Statement::DropColumn { .. } => "ALTER TABLE",
             Statement::Begin { .. } => "BEGIN",
             Statement::Commit => "COMMIT",
@@ -176,6 +194,29 @@ fn parse_statement(p: &mut Parser) -> Result<Statement> {
         let name = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
         return Ok(Statement::DropTable { name, if_exists });
     }
+    if is_word(p, 0, "CREATE") {
+        let mut n = 1;
+        while is_word(p, n, "UNIQUE") || is_word(p, n, "NULL_FILTERED") {
+            n += 1;
+        }
+        if is_word(p, n, "INDEX") {
+            p.next_token();
+            return parse_create_index(p);
+        }
+    }
+    if is_word(p, 0, "DROP") && is_word(p, 1, "INDEX") {
+        p.next_token();
+        p.next_token();
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let mut names = Vec::new();
+        loop {
+            names.push(object_name(&p.parse_object_name(false).map_err(syntax)?)?);
+            if !p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        return Ok(Statement::DropIndex { names, if_exists });
+    }
     if is_word(p, 0, "ALTER") && is_word(p, 1, "TABLE") {
         p.next_token();
         p.next_token();
@@ -235,11 +276,6 @@ fn classify(stmt: ast::Statement) -> Result<Statement> {
         }
         q @ (ast::Statement::Query(_) | ast::Statement::Explain { .. }) => {
             Statement::Query(Box::new(q))
-        }
-        ast::Statement::CreateIndex(_) => {
-            return Err(Error::Unsupported(
-                "CREATE INDEX is not supported yet".into(),
-            ))
         }
         other => {
             let text = other.to_string();
@@ -365,6 +401,144 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
         },
         if_not_exists,
     })
+}
+
+/// `CREATE [UNIQUE] [NULL_FILTERED] INDEX …` after `CREATE`, in either
+/// spelling (see the module docs).
+fn parse_create_index(p: &mut Parser) -> Result<Statement> {
+    let mut unique = false;
+    let mut null_filtered = false;
+    loop {
+        if p.parse_keyword(Keyword::UNIQUE) {
+            unique = true;
+        } else if is_word(p, 0, "NULL_FILTERED") {
+            p.next_token();
+            null_filtered = true;
+        } else {
+            break;
+        }
+    }
+    p.expect_keyword(Keyword::INDEX).map_err(syntax)?;
+    if is_word(p, 0, "CONCURRENTLY") {
+        p.next_token();
+    }
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = if p.peek_keyword(Keyword::ON) {
+        None
+    } else {
+        Some(object_name(&p.parse_object_name(false).map_err(syntax)?)?)
+    };
+    p.expect_keyword(Keyword::ON).map_err(syntax)?;
+    let table = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
+    if p.parse_keyword(Keyword::USING) {
+        let method = p.parse_identifier().map_err(syntax)?;
+        if !method.value.eq_ignore_ascii_case("btree") {
+            return Err(Error::Unsupported(format!(
+                "index method {method} is not supported (indexes are ordered, like btree)"
+            )));
+        }
+    }
+    let columns = parse_key_list(p)?;
+    if columns.is_empty() {
+        return Err(Error::Syntax("an index needs at least one column".into()));
+    }
+    let mut storing = Vec::new();
+    let mut interleave_in = None;
+    loop {
+        if is_word(p, 0, "STORING") || p.peek_keyword(Keyword::INCLUDE) {
+            p.next_token();
+            if !storing.is_empty() {
+                return Err(Error::Syntax("STORING/INCLUDE given twice".into()));
+            }
+            p.expect_token(&Token::LParen).map_err(syntax)?;
+            loop {
+                storing.push(fold_ident(&p.parse_identifier().map_err(syntax)?));
+                if !p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            p.expect_token(&Token::RParen).map_err(syntax)?;
+        } else if is_word(p, 0, "INTERLEAVE")
+            || (p.peek_token().token == Token::Comma && is_word(p, 1, "INTERLEAVE"))
+        {
+            let _ = p.consume_token(&Token::Comma);
+            p.next_token();
+            p.expect_keyword(Keyword::IN).map_err(syntax)?;
+            if is_word(p, 0, "PARENT") {
+                return Err(Error::Syntax(
+                    "an index is interleaved with INTERLEAVE IN parent (without PARENT)".into(),
+                ));
+            }
+            interleave_in = Some(object_name(&p.parse_object_name(false).map_err(syntax)?)?);
+        } else if p.parse_keyword(Keyword::WHERE) {
+            // PostgreSQL spelling of NULL_FILTERED: `col IS NOT NULL [AND …]`
+            // for every indexed column.
+            let expr = p.parse_expr().map_err(syntax)?;
+            let mut filtered = Vec::new();
+            null_tests(&expr, &mut filtered)?;
+            let mut want: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+            let mut got: Vec<&str> = filtered.iter().map(|s| s.as_str()).collect();
+            want.sort_unstable();
+            want.dedup();
+            got.sort_unstable();
+            got.dedup();
+            if want != got {
+                return Err(Error::Unsupported(format!(
+                    "the WHERE clause of an index must test every indexed column with IS NOT NULL ({})",
+                    want.join(", ")
+                )));
+            }
+            null_filtered = true;
+        } else {
+            break;
+        }
+    }
+    let name = match name {
+        Some(n) => n,
+        None => {
+            let cols: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+            format!("{table}_{}_idx", cols.join("_"))
+        }
+    };
+    Ok(Statement::CreateIndex {
+        def: IndexDef {
+            name,
+            table,
+            columns,
+            storing,
+            unique,
+            null_filtered,
+            interleave_in,
+        },
+        if_not_exists,
+    })
+}
+
+/// Collects the columns of `a IS NOT NULL AND b IS NOT NULL …`.
+fn null_tests(e: &ast::Expr, out: &mut Vec<String>) -> Result<()> {
+    match e {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            null_tests(left, out)?;
+            null_tests(right, out)
+        }
+        ast::Expr::Nested(inner) => null_tests(inner, out),
+        ast::Expr::IsNotNull(inner) => match inner.as_ref() {
+            ast::Expr::Identifier(id) => {
+                out.push(fold_ident(id));
+                Ok(())
+            }
+            other => Err(Error::Unsupported(format!(
+                "index WHERE clauses may only test columns with IS NOT NULL, not {other}"
+            ))),
+        },
+        other => Err(Error::Unsupported(format!(
+            "index WHERE clauses may only be `column IS NOT NULL [AND …]`, not {other}"
+        ))),
+    }
 }
 
 fn set_primary_key(slot: &mut Option<Vec<KeyColumn>>, keys: Vec<KeyColumn>) -> Result<()> {

@@ -240,6 +240,10 @@ impl StatementContext {
                 ddl::create_table(self, def, if_not_exists).await
             }
             Statement::DropTable { name, if_exists } => ddl::drop_table(self, &name, if_exists),
+            Statement::CreateIndex { def, if_not_exists } => {
+                ddl::create_index(self, def, if_not_exists)
+            }
+            Statement::DropIndex { names, if_exists } => ddl::drop_index(self, &names, if_exists),
             Statement::AddColumn {
                 table,
                 column,

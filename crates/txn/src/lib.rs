@@ -52,7 +52,6 @@
 //! so it is versioned and committed atomically with data. A transaction
 //! reads it at its snapshot; DDL replaces the transaction's copy.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
@@ -190,10 +189,12 @@ impl Boundaries for CatalogBoundaries<'_> {
         let Ok(id) = spindle_keys::key::root_table_id(key) else {
             return key.to_vec();
         };
-        let Some(t) = self.0.table_by_id(id) else {
+        // A root table's row, or an entry of a global index (a root-level
+        // key space whose "row tree" is the entry itself).
+        let Some(width) = self.0.key_width(id) else {
             return key.to_vec();
         };
-        match spindle_keys::key::root_key_len(key, t.primary_key.len()) {
+        match spindle_keys::key::root_key_len(key, width) {
             Ok(n) => key[..n].to_vec(),
             Err(_) => key.to_vec(),
         }
@@ -560,7 +561,7 @@ impl TxnManager {
             mgr: self.clone(),
             read_ts,
             writes: BTreeMap::new(),
-            reads: RefCell::new(ReadSet::default()),
+            reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
             catalog_changed: false,
         })
@@ -599,7 +600,7 @@ impl TxnManager {
             mgr: self.clone(),
             read_ts,
             writes: BTreeMap::new(),
-            reads: RefCell::new(ReadSet::default()),
+            reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
             catalog_changed: false,
         })
@@ -645,7 +646,7 @@ pub struct Transaction {
     read_ts: Timestamp,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// What this transaction read, for commit-time validation.
-    reads: RefCell<ReadSet>,
+    reads: Arc<Mutex<ReadSet>>,
     catalog: Arc<Catalog>,
     catalog_changed: bool,
 }
@@ -682,7 +683,38 @@ impl Drop for Transaction {
     }
 }
 
+/// Locks a read set. A poisoned lock is recovered: the read set is plain
+/// data that a panicking reader cannot leave half-updated in a way that
+/// matters (at worst a key is missing, and the reader's statement failed).
+fn lock_reads(reads: &Mutex<ReadSet>) -> std::sync::MutexGuard<'_, ReadSet> {
+    reads.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Transaction {
+    fn reads(&self) -> std::sync::MutexGuard<'_, ReadSet> {
+        lock_reads(&self.reads)
+    }
+
+    /// Point reads of keys in `[start, end)` off this thread (e.g. the base
+    /// rows an index scan fetches): the snapshot timestamp and a copy of
+    /// the buffered writes in the range; each key read is added to this
+    /// transaction's read set for commit-time validation.
+    pub fn point_reader(&self, start: &[u8], end: Option<&[u8]>) -> PointReader {
+        let upper = match end {
+            Some(e) => Bound::Excluded(e.to_vec()),
+            None => Bound::Unbounded,
+        };
+        PointReader {
+            read_ts: self.read_ts,
+            overlay: self
+                .writes
+                .range((Bound::Included(start.to_vec()), upper))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            reads: self.reads.clone(),
+        }
+    }
+
     pub fn read_ts(&self) -> Timestamp {
         self.read_ts
     }
@@ -705,7 +737,7 @@ impl Transaction {
         if let Some(w) = self.writes.get(key) {
             return Ok(w.clone());
         }
-        self.reads.borrow_mut().points.insert(key.to_vec());
+        self.reads().points.insert(key.to_vec());
         self.mgr.note_read(key, Some(key));
         Ok(self.mgr.store.get(key, self.read_ts)?)
     }
@@ -742,8 +774,7 @@ impl Transaction {
     /// (e.g. in a blocking task): the snapshot timestamp plus a copy of the
     /// buffered writes in the range.
     pub fn snapshot(&self, start: &[u8], end: Option<&[u8]>) -> Snapshot {
-        self.reads
-            .borrow_mut()
+        self.reads()
             .ranges
             .push((start.to_vec(), end.map(|e| e.to_vec())));
         self.mgr.note_read(start, end);
@@ -811,7 +842,7 @@ impl Transaction {
         let mut log = self.mgr.commits.lock().map_err(|_| Error::Poisoned)?;
         // Validate against every commit after our snapshot. The catalog is
         // an implicit read of every transaction.
-        let mut reads = std::mem::take(&mut *self.reads.borrow_mut());
+        let mut reads = std::mem::take(&mut *self.reads());
         reads.points.insert(CATALOG_KEY.to_vec());
         for (ts, written) in log.recent.iter().rev() {
             if *ts <= self.read_ts {
@@ -955,6 +986,25 @@ impl Transaction {
             self.mgr.make_durable(ts)?;
         }
         Ok(Some(info))
+    }
+}
+
+/// See [`Transaction::point_reader`].
+#[derive(Clone)]
+pub struct PointReader {
+    read_ts: Timestamp,
+    overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    reads: Arc<Mutex<ReadSet>>,
+}
+
+impl PointReader {
+    pub fn get(&self, mgr: &Arc<TxnManager>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(w) = self.overlay.get(key) {
+            return Ok(w.clone());
+        }
+        lock_reads(&self.reads).points.insert(key.to_vec());
+        mgr.note_read(key, Some(key));
+        Ok(mgr.store.get(key, self.read_ts)?)
     }
 }
 
