@@ -7,6 +7,17 @@
 //!
 //! `columns`: table_catalog, table_schema, table_name, column_name,
 //! ordinal_position, column_default, data_type, is_nullable, spanner_type.
+//!
+//! `indexes` (Spanner's layout): table_catalog, table_schema, table_name,
+//! index_name, index_type ('PRIMARY_KEY' | 'INDEX'), parent_table_name
+//! ('' unless interleaved), is_unique, is_null_filtered ('YES' | 'NO'),
+//! index_state ('READ_WRITE'; NULL for primary keys). Every table has a
+//! `PRIMARY_KEY` row.
+//!
+//! `index_columns`: table_catalog, table_schema, table_name, index_name,
+//! index_type, column_name, ordinal_position (NULL for a STORING column),
+//! column_ordering ('ASC' | 'DESC'; NULL for a STORING column),
+//! is_nullable, spanner_type.
 
 use std::sync::Arc;
 
@@ -16,6 +27,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
 use datafusion::error::Result;
 use spindle_catalog::{Catalog, InterleaveKind, OnDelete};
+
+const VIEWS: [&str; 4] = ["tables", "columns", "indexes", "index_columns"];
 
 #[derive(Debug)]
 pub struct InfoSchema {
@@ -58,7 +71,7 @@ impl InfoSchema {
                 Some("COMMITTED".into()),
             ]);
         }
-        for name in ["tables", "columns"] {
+        for name in VIEWS {
             rows.push([
                 Some(String::new()),
                 Some("information_schema".into()),
@@ -137,6 +150,141 @@ impl InfoSchema {
     }
 }
 
+impl InfoSchema {
+    fn indexes(&self) -> Result<RecordBatch> {
+        let yes = |b: bool| Some(if b { "YES" } else { "NO" }.to_string());
+        let mut rows: Vec<[Option<String>; 10]> = Vec::new();
+        for t in self.catalog.tables() {
+            rows.push([
+                Some(String::new()),
+                Some("public".into()),
+                Some(t.name.clone()),
+                Some("PRIMARY_KEY".into()),
+                Some("PRIMARY_KEY".into()),
+                Some(String::new()),
+                yes(true),
+                yes(false),
+                None,
+                None,
+            ]);
+        }
+        for ix in self.catalog.indexes() {
+            rows.push([
+                Some(String::new()),
+                Some("public".into()),
+                Some(ix.table.clone()),
+                Some(ix.name.clone()),
+                Some("INDEX".into()),
+                Some(ix.interleave_in.clone().unwrap_or_default()),
+                yes(ix.unique),
+                yes(ix.null_filtered),
+                Some("READ_WRITE".into()),
+                Some(ix.storing.join(", ")),
+            ]);
+        }
+        let names = [
+            "table_catalog",
+            "table_schema",
+            "table_name",
+            "index_name",
+            "index_type",
+            "parent_table_name",
+            "is_unique",
+            "is_null_filtered",
+            "index_state",
+            "storing_columns",
+        ];
+        string_batch(&names, &rows)
+    }
+
+    fn index_columns(&self) -> Result<RecordBatch> {
+        let mut rows: Vec<[Option<String>; 10]> = Vec::new();
+        let mut ordinals: Vec<Option<i64>> = Vec::new();
+        let dir = |d: spindle_keys::Direction| match d {
+            spindle_keys::Direction::Asc => "ASC".to_string(),
+            spindle_keys::Direction::Desc => "DESC".to_string(),
+        };
+        let mut push = |table: &spindle_catalog::Table,
+                        index: &str,
+                        kind: &str,
+                        column: &str,
+                        ordering: Option<String>,
+                        ordinal: Option<i64>| {
+            let col = table.column(column);
+            rows.push([
+                Some(String::new()),
+                Some("public".into()),
+                Some(table.name.clone()),
+                Some(index.to_string()),
+                Some(kind.to_string()),
+                Some(column.to_string()),
+                None,
+                ordering,
+                col.map(|c| if c.nullable { "YES" } else { "NO" }.to_string()),
+                col.map(|c| c.data_type.to_string()),
+            ]);
+            ordinals.push(ordinal);
+        };
+        for t in self.catalog.tables() {
+            for (i, k) in t.primary_key.iter().enumerate() {
+                if t.column(&k.name).is_some_and(|c| c.hidden) {
+                    continue;
+                }
+                push(
+                    t,
+                    "PRIMARY_KEY",
+                    "PRIMARY_KEY",
+                    &k.name,
+                    Some(dir(k.direction)),
+                    Some(i as i64 + 1),
+                );
+            }
+        }
+        for ix in self.catalog.indexes() {
+            let Some(t) = self.catalog.table(&ix.table) else {
+                continue;
+            };
+            for (i, k) in ix.columns.iter().enumerate() {
+                push(
+                    t,
+                    &ix.name,
+                    "INDEX",
+                    &k.name,
+                    Some(dir(k.direction)),
+                    Some(i as i64 + 1),
+                );
+            }
+            for c in &ix.storing {
+                push(t, &ix.name, "INDEX", c, None, None);
+            }
+        }
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("table_catalog", DataType::Utf8, true),
+            Field::new("table_schema", DataType::Utf8, true),
+            Field::new("table_name", DataType::Utf8, true),
+            Field::new("index_name", DataType::Utf8, true),
+            Field::new("index_type", DataType::Utf8, true),
+            Field::new("column_name", DataType::Utf8, true),
+            Field::new("ordinal_position", DataType::Int64, true),
+            Field::new("column_ordering", DataType::Utf8, true),
+            Field::new("is_nullable", DataType::Utf8, true),
+            Field::new("spanner_type", DataType::Utf8, true),
+        ]));
+        let arrays: Vec<ArrayRef> = (0..10)
+            .map(|i| {
+                if i == 6 {
+                    Arc::new(Int64Array::from(ordinals.clone())) as ArrayRef
+                } else {
+                    Arc::new(StringArray::from(
+                        rows.iter().map(|r| r[i].clone()).collect::<Vec<_>>(),
+                    )) as ArrayRef
+                }
+            })
+            .collect();
+        Ok(RecordBatch::try_new(schema, arrays)?)
+    }
+}
+
 /// PostgreSQL's information_schema.columns.data_type spelling.
 pub fn pg_type_name(t: &spindle_keys::DataType) -> &'static str {
     use spindle_keys::DataType as T;
@@ -176,13 +324,15 @@ fn string_batch<const N: usize>(
 #[async_trait::async_trait]
 impl SchemaProvider for InfoSchema {
     fn table_names(&self) -> Vec<String> {
-        vec!["tables".into(), "columns".into()]
+        VIEWS.iter().map(|v| v.to_string()).collect()
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let batch = match name {
             "tables" => self.tables()?,
             "columns" => self.columns()?,
+            "indexes" => self.indexes()?,
+            "index_columns" => self.index_columns()?,
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(MemTable::try_new(
@@ -192,6 +342,6 @@ impl SchemaProvider for InfoSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        matches!(name, "tables" | "columns")
+        VIEWS.contains(&name)
     }
 }

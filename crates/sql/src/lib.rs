@@ -20,6 +20,7 @@ pub mod ddl;
 pub mod describe;
 pub mod dml;
 pub mod error;
+pub mod hints;
 pub(crate) mod index;
 pub mod info_schema;
 pub mod parser;

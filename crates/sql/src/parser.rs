@@ -127,6 +127,28 @@ fn syntax(e: ParserError) -> Error {
 
 /// Parses every statement of `sql`.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    let (text, hints) = crate::hints::extract(sql)?;
+    let mut out = parse_text(&text)?;
+    if !hints.is_empty() {
+        for stmt in &mut out {
+            match stmt {
+                Statement::Query(q) => crate::hints::apply(q, &hints),
+                Statement::ExplainDml(_)
+                | Statement::Insert { .. }
+                | Statement::Update(_)
+                | Statement::Delete(_) => {
+                    return Err(Error::Unsupported(
+                        "index hints are supported in queries only".into(),
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn parse_text(sql: &str) -> Result<Vec<Statement>> {
     let dialect = PostgreSqlDialect {};
     // Deeply nested expressions (long chains of parenthesized ORs in
     // generated SQL) need more than sqlparser's default depth of 50.

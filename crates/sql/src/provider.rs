@@ -48,12 +48,13 @@ use datafusion::physical_expr::expressions::Column as PhysColumn;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use spindle_catalog::{Catalog, Table};
 use spindle_keys::key::prefix_end;
 use spindle_keys::{Direction, Value};
-use spindle_txn::{Snapshot, Transaction, TxnManager};
+use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager};
 
+use crate::index::IndexPlan;
 use crate::types::{array_value, build_array, table_schema};
 
 /// Most key points an IN-list product may expand to before the scan falls
@@ -86,6 +87,56 @@ struct RangePlan {
     ranges: Vec<KeyRange>,
     /// Which of the input filters the ranges enforce completely.
     exact: Vec<bool>,
+    /// Leading key columns fixed by `=`/`IN`, and how many points their
+    /// product makes.
+    eq_depth: usize,
+    points: usize,
+    /// Bounds (0, 1 or 2) on the next key column.
+    bounds: usize,
+    /// The consumed predicates, for EXPLAIN.
+    describe: Vec<String>,
+}
+
+impl RangePlan {
+    fn narrows(&self) -> bool {
+        self.eq_depth > 0 || self.bounds > 0
+    }
+
+    /// Estimated fraction of the key space the ranges cover, without
+    /// statistics: each fixed column keeps a tenth (times its IN-list
+    /// length), a one-sided range a third, a two-sided range a tenth. With
+    /// the first `unique` key columns fixed, a point is one row.
+    fn selectivity(&self, unique: usize) -> f64 {
+        if self.eq_depth >= unique {
+            return self.points as f64 * 1e-7;
+        }
+        let f = (self.points as f64 * 0.1f64.powi(self.eq_depth as i32)).min(1.0);
+        f * match self.bounds {
+            0 => 1.0,
+            1 => 0.3,
+            _ => 0.1,
+        }
+    }
+}
+
+/// Relative cost of fetching a base row by key for each index entry,
+/// against reading one row in key order.
+const FETCH_COST: f64 = 4.0;
+
+/// What a scan reads: the primary key, or an index of the table.
+struct Access {
+    /// Position in `SpindleTable::indexes`; `None` for the primary key.
+    index: Option<usize>,
+    plan: RangePlan,
+    covering: bool,
+}
+
+/// A `FORCE_INDEX` hint on one table reference.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Forced {
+    Nothing,
+    BaseTable,
+    Index(String),
 }
 
 pub struct SpindleTable {
@@ -95,6 +146,8 @@ pub struct SpindleTable {
     /// Indices into `table.columns` of the schema's fields.
     visible: Vec<usize>,
     txn: TxnHandle,
+    indexes: Vec<Arc<IndexPlan>>,
+    forced: Forced,
 }
 
 impl fmt::Debug for SpindleTable {
@@ -118,145 +171,304 @@ impl SpindleTable {
         let visible = (0..table.columns.len())
             .filter(|i| include_hidden || !table.columns[*i].hidden)
             .collect();
+        let indexes = IndexPlan::for_table(catalog, &table.name)?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         Ok(SpindleTable {
             table: table.clone(),
             chain,
             schema: table_schema(table, include_hidden),
             visible,
             txn,
+            indexes,
+            forced: Forced::Nothing,
         })
     }
 
-    fn key_types(&self) -> Vec<(String, Direction, datafusion::arrow::datatypes::DataType)> {
-        self.table
-            .primary_key
-            .iter()
-            .map(|k| {
-                let ty = self
-                    .table
-                    .column(&k.name)
-                    .map(|c| crate::types::arrow_type(&c.data_type));
-                (
-                    k.name.clone(),
-                    k.direction,
-                    ty.unwrap_or(datafusion::arrow::datatypes::DataType::Null),
-                )
-            })
-            .collect()
+    /// Forces an index (or `_base_table`) for this table reference.
+    pub fn force(mut self, index: &str) -> crate::Result<Self> {
+        if index == "_base_table" {
+            self.forced = Forced::BaseTable;
+            return Ok(self);
+        }
+        if !self.indexes.iter().any(|p| p.index.name == index) {
+            return Err(crate::Error::UndefinedObject(format!(
+                "index \"{index}\" named in FORCE_INDEX does not exist on table \"{}\"",
+                self.table.name
+            )));
+        }
+        self.forced = Forced::Index(index.to_string());
+        Ok(self)
     }
 
-    fn plan_ranges(&self, filters: &[&Expr]) -> crate::Result<RangePlan> {
-        let keys = self.key_types();
-        let mut exact = vec![false; filters.len()];
-        let chain: Vec<&Table> = self.chain.iter().collect();
-        // Step 1: equality / IN prefix.
-        let mut points: Vec<Vec<Value>> = vec![vec![]];
-        let mut depth = 0;
-        for (name, _, ty) in &keys {
-            let mut found = None;
-            for (i, f) in filters.iter().enumerate() {
-                if let Some(vals) = equality_values(f, name, ty) {
-                    found = Some((i, vals));
+    /// Whether every column in `columns` (indices into `table.columns`) is
+    /// in the index's key or STORING columns.
+    fn covers(&self, plan: &IndexPlan, columns: &[usize]) -> bool {
+        let vt = plan.virtual_table();
+        columns
+            .iter()
+            .all(|c| vt.column(&self.table.columns[*c].name).is_some())
+    }
+
+    /// Picks the access path: a forced index, or the cheapest of the
+    /// primary key and the indexes whose leading columns the filters
+    /// constrain. `columns` (unknown while DataFusion asks about filter
+    /// pushdown) decides whether an index covers the query.
+    fn choose(&self, filters: &[&Expr], columns: Option<&[usize]>) -> crate::Result<Access> {
+        let pk = plan_key_ranges(&self.chain, filters)?;
+        if self.forced == Forced::BaseTable {
+            return Ok(Access {
+                index: None,
+                plan: pk,
+                covering: true,
+            });
+        }
+        let mut best = Access {
+            covering: true,
+            index: None,
+            plan: pk,
+        };
+        let mut best_cost = best.plan.selectivity(self.table.primary_key.len());
+        for (i, ip) in self.indexes.iter().enumerate() {
+            let forced = self.forced == Forced::Index(ip.index.name.clone());
+            if !forced && self.forced != Forced::Nothing {
+                continue;
+            }
+            if ip.index.null_filtered && !excludes_nulls(filters, &ip.index.columns) {
+                if forced {
+                    return Err(crate::Error::Unsupported(format!(
+                        "index \"{}\" is NULL_FILTERED, and the query does not exclude NULLs in {}; add `IS NOT NULL` conditions or remove the hint",
+                        ip.index.name,
+                        ip.index.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                continue;
+            }
+            let plan = plan_key_ranges(&ip.chain, filters)?;
+            if !plan.narrows() && !forced {
+                continue;
+            }
+            let covering = columns.is_some_and(|c| self.covers(ip, c));
+            let unique = if ip.index.unique {
+                ip.index.columns.len()
+            } else {
+                ip.virtual_table().primary_key.len()
+            };
+            let cost = plan.selectivity(unique) * if covering { 1.0 } else { FETCH_COST } + 1e-9;
+            if forced || cost < best_cost {
+                best_cost = cost;
+                best = Access {
+                    index: Some(i),
+                    plan,
+                    covering,
+                };
+                if forced {
                     break;
                 }
             }
-            let Some((i, mut vals)) = found else { break };
-            vals.sort();
-            vals.dedup();
-            if points.len() * vals.len() > MAX_POINTS {
+        }
+        Ok(best)
+    }
+}
+
+/// Key columns of a chain's last table: name, direction, Arrow type.
+fn key_types(table: &Table) -> Vec<(String, Direction, datafusion::arrow::datatypes::DataType)> {
+    table
+        .primary_key
+        .iter()
+        .map(|k| {
+            let ty = table
+                .column(&k.name)
+                .map(|c| crate::types::arrow_type(&c.data_type));
+            (
+                k.name.clone(),
+                k.direction,
+                ty.unwrap_or(datafusion::arrow::datatypes::DataType::Null),
+            )
+        })
+        .collect()
+}
+
+/// Key ranges over the keys of `chain`'s last table (a table, or an
+/// index's virtual table) that contain every row the filters accept.
+fn plan_key_ranges(chain_owned: &[Table], filters: &[&Expr]) -> crate::Result<RangePlan> {
+    let last = chain_owned
+        .last()
+        .ok_or_else(|| crate::Error::Internal("empty chain".into()))?;
+    let keys = key_types(last);
+    let mut exact = vec![false; filters.len()];
+    let chain: Vec<&Table> = chain_owned.iter().collect();
+    let mut describe = Vec::new();
+    // Step 1: equality / IN prefix.
+    let mut points: Vec<Vec<Value>> = vec![vec![]];
+    let mut depth = 0;
+    for (name, _, ty) in &keys {
+        let mut found = None;
+        for (i, f) in filters.iter().enumerate() {
+            if let Some(vals) = equality_values(f, name, ty) {
+                found = Some((i, vals));
                 break;
             }
-            points = points
-                .iter()
-                .flat_map(|p| {
-                    vals.iter().map(move |v| {
-                        let mut q = p.clone();
-                        q.push(v.clone());
-                        q
-                    })
-                })
-                .collect();
-            exact[i] = true;
-            depth += 1;
         }
-        // Step 2: range on the next key column.
-        let mut lower: Option<(Value, bool)> = None;
-        let mut upper: Option<(Value, bool)> = None;
-        if let Some((name, _, ty)) = keys.get(depth) {
-            for (i, f) in filters.iter().enumerate() {
-                for (op, v) in range_bounds(f, name, ty) {
-                    match op {
-                        Operator::Gt | Operator::GtEq => {
-                            let inclusive = op == Operator::GtEq;
-                            if lower
-                                .as_ref()
-                                .is_none_or(|(l, li)| v > *l || (v == *l && !inclusive && *li))
-                            {
-                                lower = Some((v, inclusive));
-                            }
-                        }
-                        _ => {
-                            let inclusive = op == Operator::LtEq;
-                            if upper
-                                .as_ref()
-                                .is_none_or(|(u, ui)| v < *u || (v == *u && !inclusive && *ui))
-                            {
-                                upper = Some((v, inclusive));
-                            }
+        let Some((i, mut vals)) = found else { break };
+        vals.sort();
+        vals.dedup();
+        if points.len() * vals.len() > MAX_POINTS {
+            break;
+        }
+        points = points
+            .iter()
+            .flat_map(|p| {
+                vals.iter().map(move |v| {
+                    let mut q = p.clone();
+                    q.push(v.clone());
+                    q
+                })
+            })
+            .collect();
+        exact[i] = true;
+        depth += 1;
+        let texts: Vec<String> = vals.iter().map(value_text).collect();
+        describe.push(if texts.len() == 1 {
+            format!("{name} = {}", texts[0])
+        } else {
+            format!("{name} IN ({})", texts.join(", "))
+        });
+    }
+    // Step 2: range on the next key column.
+    let mut lower: Option<(Value, bool)> = None;
+    let mut upper: Option<(Value, bool)> = None;
+    if let Some((name, _, ty)) = keys.get(depth) {
+        for (i, f) in filters.iter().enumerate() {
+            for (op, v) in range_bounds(f, name, ty) {
+                match op {
+                    Operator::Gt | Operator::GtEq => {
+                        let inclusive = op == Operator::GtEq;
+                        if lower
+                            .as_ref()
+                            .is_none_or(|(l, li)| v > *l || (v == *l && !inclusive && *li))
+                        {
+                            lower = Some((v, inclusive));
                         }
                     }
-                    exact[i] = true;
+                    _ => {
+                        let inclusive = op == Operator::LtEq;
+                        if upper
+                            .as_ref()
+                            .is_none_or(|(u, ui)| v < *u || (v == *u && !inclusive && *ui))
+                        {
+                            upper = Some((v, inclusive));
+                        }
+                    }
                 }
+                exact[i] = true;
             }
         }
-        let has_range = lower.is_some() || upper.is_some();
-        let mut ranges = Vec::with_capacity(points.len());
-        for p in &points {
-            let prefix = self_catalog_prefix(&chain, p, true)?;
-            if !has_range {
-                ranges.push(KeyRange {
-                    end: prefix_end(&prefix),
-                    start: prefix,
-                });
-                continue;
-            }
-            let dir = keys[depth].1;
-            let enc = |v: &Value| -> crate::Result<Vec<u8>> {
-                let mut q = p.clone();
-                q.push(v.clone());
-                self_catalog_prefix(&chain, &q, false)
-            };
-            let after = |v: &Value| -> crate::Result<Option<Vec<u8>>> { Ok(prefix_end(&enc(v)?)) };
-            // Map the value interval (NULL excluded) to key space.
-            let (lo_val, hi_val) = match dir {
-                Direction::Asc => (&lower, &upper),
-                Direction::Desc => (&upper, &lower),
-            };
-            let start = match lo_val {
-                Some((v, true)) => enc(v)?,
-                Some((v, false)) => match after(v)? {
-                    Some(k) => k,
-                    None => continue,
-                },
-                None if dir == Direction::Asc => match after(&Value::Null)? {
-                    Some(k) => k,
-                    None => continue,
-                },
-                None => prefix.clone(),
-            };
-            let end = match hi_val {
-                Some((v, true)) => after(v)?,
-                Some((v, false)) => Some(enc(v)?),
-                None if dir == Direction::Desc => Some(enc(&Value::Null)?),
-                None => prefix_end(&prefix),
-            };
-            if end.as_ref().is_some_and(|e| *e <= start) {
-                continue;
-            }
-            ranges.push(KeyRange { start, end });
+    }
+    let has_range = lower.is_some() || upper.is_some();
+    let bounds = lower.is_some() as usize + upper.is_some() as usize;
+    if let Some((name, _, _)) = keys.get(depth) {
+        if let Some((v, inclusive)) = &lower {
+            let op = if *inclusive { ">=" } else { ">" };
+            describe.push(format!("{name} {op} {}", value_text(v)));
         }
-        ranges.sort();
-        Ok(RangePlan { ranges, exact })
+        if let Some((v, inclusive)) = &upper {
+            let op = if *inclusive { "<=" } else { "<" };
+            describe.push(format!("{name} {op} {}", value_text(v)));
+        }
+    }
+    let npoints = points.len();
+    let mut ranges = Vec::with_capacity(points.len());
+    for p in &points {
+        let prefix = self_catalog_prefix(&chain, p, true)?;
+        if !has_range {
+            ranges.push(KeyRange {
+                end: prefix_end(&prefix),
+                start: prefix,
+            });
+            continue;
+        }
+        let dir = keys[depth].1;
+        let enc = |v: &Value| -> crate::Result<Vec<u8>> {
+            let mut q = p.clone();
+            q.push(v.clone());
+            self_catalog_prefix(&chain, &q, false)
+        };
+        let after = |v: &Value| -> crate::Result<Option<Vec<u8>>> { Ok(prefix_end(&enc(v)?)) };
+        // Map the value interval (NULL excluded) to key space.
+        let (lo_val, hi_val) = match dir {
+            Direction::Asc => (&lower, &upper),
+            Direction::Desc => (&upper, &lower),
+        };
+        let start = match lo_val {
+            Some((v, true)) => enc(v)?,
+            Some((v, false)) => match after(v)? {
+                Some(k) => k,
+                None => continue,
+            },
+            None if dir == Direction::Asc => match after(&Value::Null)? {
+                Some(k) => k,
+                None => continue,
+            },
+            None => prefix.clone(),
+        };
+        let end = match hi_val {
+            Some((v, true)) => after(v)?,
+            Some((v, false)) => Some(enc(v)?),
+            None if dir == Direction::Desc => Some(enc(&Value::Null)?),
+            None => prefix_end(&prefix),
+        };
+        if end.as_ref().is_some_and(|e| *e <= start) {
+            continue;
+        }
+        ranges.push(KeyRange { start, end });
+    }
+    ranges.sort();
+    Ok(RangePlan {
+        ranges,
+        exact,
+        eq_depth: depth,
+        points: npoints,
+        bounds,
+        describe,
+    })
+}
+
+fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("'{}'", s.replace('\'', "''")),
+        other => crate::types::value_to_text(other).unwrap_or_else(|| "NULL".into()),
+    }
+}
+
+/// Whether the filters reject rows with NULL in any of `columns` (each
+/// column is compared, tested with IN/BETWEEN/LIKE or IS NOT NULL, all of
+/// which are never true for NULL).
+fn excludes_nulls(filters: &[&Expr], columns: &[spindle_catalog::KeyColumn]) -> bool {
+    columns
+        .iter()
+        .all(|c| filters.iter().any(|f| rejects_null(f, &c.name)))
+}
+
+fn rejects_null(f: &Expr, name: &str) -> bool {
+    let is_col = |e: &Expr| column_name(e) == Some(name);
+    match f {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::Eq
+            | Operator::NotEq
+            | Operator::Lt
+            | Operator::LtEq
+            | Operator::Gt
+            | Operator::GtEq => is_col(left) || is_col(right),
+            Operator::And => rejects_null(left, name) || rejects_null(right, name),
+            _ => false,
+        },
+        Expr::IsNotNull(e) => is_col(e),
+        Expr::InList(l) => is_col(&l.expr),
+        Expr::Between(b) => is_col(&b.expr),
+        Expr::Like(l) => is_col(&l.expr),
+        _ => false,
     }
 }
 
@@ -386,14 +598,22 @@ impl TableProvider for SpindleTable {
         &self,
         filters: &[&Expr],
     ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
-        let plan = self
-            .plan_ranges(filters)
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok(plan
+        let access = self.choose(filters, None).map_err(external)?;
+        // The scan may still pick another path once it knows the projected
+        // columns (a covering index): filters are exact only on the
+        // primary-key path with no index in contention.
+        let contested = access.index.is_some()
+            || (self.forced == Forced::Nothing
+                && self
+                    .indexes
+                    .iter()
+                    .any(|ip| plan_key_ranges(&ip.chain, filters).is_ok_and(|p| p.narrows())));
+        let primary = plan_key_ranges(&self.chain, filters).map_err(external)?;
+        Ok(primary
             .exact
             .iter()
             .map(|e| {
-                if *e {
+                if *e && !contested {
                     TableProviderFilterPushDown::Exact
                 } else {
                     TableProviderFilterPushDown::Inexact
@@ -410,22 +630,59 @@ impl TableProvider for SpindleTable {
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let refs: Vec<&Expr> = filters.iter().collect();
-        let plan = self
-            .plan_ranges(&refs)
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let fields: Vec<usize> = match projection {
             Some(p) => p.clone(),
             None => (0..self.visible.len()).collect(),
         };
         let columns: Vec<usize> = fields.iter().map(|i| self.visible[*i]).collect();
         let schema = Arc::new(self.schema.project(&fields)?);
+        let access = self.choose(&refs, Some(&columns)).map_err(external)?;
+        let index = access.index.map(|i| self.indexes[i].clone());
+        // What is scanned: the table's keys, or the index's entries.
+        let (scan_chain, scan_columns, fetch) = match &index {
+            None => (self.chain.clone(), columns.clone(), None),
+            Some(ip) if access.covering => {
+                let vt = ip.virtual_table();
+                let cols = columns
+                    .iter()
+                    .map(|c| {
+                        vt.column_index(&self.table.columns[*c].name)
+                            .ok_or_else(|| {
+                                DataFusionError::Internal("covering index lacks a column".into())
+                            })
+                    })
+                    .collect::<datafusion::error::Result<Vec<_>>>()?;
+                (ip.chain.clone(), cols, None)
+            }
+            Some(ip) => {
+                // Read the base-table key from each entry, then the row.
+                let vt = ip.virtual_table();
+                let pk_cols = self
+                    .table
+                    .primary_key
+                    .iter()
+                    .map(|k| {
+                        vt.column_index(&k.name).ok_or_else(|| {
+                            DataFusionError::Internal("index entry lacks a key column".into())
+                        })
+                    })
+                    .collect::<datafusion::error::Result<Vec<_>>>()?;
+                let base = ScanRequest {
+                    chain: self.chain.clone(),
+                    ranges: vec![],
+                    columns: columns.clone(),
+                    limit,
+                };
+                (ip.chain.clone(), pk_cols, Some(base))
+            }
+        };
         let request = ScanRequest {
-            chain: self.chain.clone(),
-            ranges: plan.ranges,
-            columns: columns.clone(),
+            chain: scan_chain,
+            ranges: access.plan.ranges.clone(),
+            columns: scan_columns,
             limit,
         };
-        let (snapshots, mgr) = {
+        let (snapshots, reader, mgr) = {
             let txn = self
                 .txn
                 .lock()
@@ -435,12 +692,19 @@ impl TableProvider for SpindleTable {
                 .iter()
                 .map(|r| txn.snapshot(&r.start, r.end.as_deref()))
                 .collect();
-            (snaps, txn.manager().clone())
+            let reader = fetch.as_ref().map(|_| {
+                let mut root = Vec::new();
+                spindle_keys::key::encode_table_prefix(&mut root, self.chain[0].id);
+                let end = prefix_end(&root);
+                txn.point_reader(&root, end.as_deref())
+            });
+            (snaps, reader, txn.manager().clone())
         };
-        // Rows come out in key order: declare the ordering of the longest
-        // prefix of key columns that is projected.
+        // Rows come out in the order of the scanned keys: declare the
+        // ordering of the longest prefix of key columns that is projected.
+        let key_owner = request.chain.last().unwrap_or(&self.table);
         let mut sort = Vec::new();
-        for k in &self.table.primary_key {
+        for k in &key_owner.primary_key {
             let Some(ci) = self.table.column_index(&k.name) else {
                 break;
             };
@@ -457,14 +721,119 @@ impl TableProvider for SpindleTable {
             ));
         }
         let ordering: Vec<LexOrdering> = LexOrdering::new(sort).into_iter().collect();
+        let describe = {
+            let path = match &index {
+                None if access.plan.narrows() => "primary key".to_string(),
+                None => "full scan".to_string(),
+                Some(ip) => format!(
+                    "index {}{}",
+                    ip.index.name,
+                    if access.covering {
+                        " (covering)"
+                    } else {
+                        " then base rows by key"
+                    }
+                ),
+            };
+            let preds = if access.plan.describe.is_empty() {
+                String::new()
+            } else {
+                format!(" where {}", access.plan.describe.join(" AND "))
+            };
+            format!(
+                "table={} access={path}{preds} ranges={}",
+                self.table.name,
+                request.ranges.len()
+            )
+        };
         let stream = Arc::new(ScanStream {
             schema: schema.clone(),
             request,
             snapshots,
             mgr,
+            fetch: fetch.zip(reader),
         });
         let exec = StreamingTableExec::try_new(schema, vec![stream], None, ordering, false, limit)?;
-        Ok(Arc::new(exec))
+        Ok(Arc::new(SpindleScanExec {
+            inner: Arc::new(exec),
+            describe,
+        }))
+    }
+}
+
+fn external(e: crate::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// The leaf of every plan over a Spindle table: runs a streaming scan and
+/// shows in EXPLAIN which path it takes (primary key, index, full scan),
+/// the predicates that became key ranges, and how many ranges.
+#[derive(Debug)]
+pub struct SpindleScanExec {
+    inner: Arc<StreamingTableExec>,
+    describe: String,
+}
+
+impl SpindleScanExec {
+    /// The EXPLAIN text, e.g. `table=t access=index t_a (covering) where a = 1 ranges=1`.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+}
+
+impl DisplayAs for SpindleScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SpindleScan: {}", self.describe)
+    }
+}
+
+impl ExecutionPlan for SpindleScanExec {
+    fn name(&self) -> &str {
+        "SpindleScan"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.inner.properties()
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.inner.fetch()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+        ) -> datafusion::error::Result<
+            datafusion::common::tree_node::TreeNodeRecursion,
+        >,
+    ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "a Spindle scan has no children".into(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> datafusion::error::Result<SendableRecordBatchStream> {
+        self.inner.execute(partition, context)
     }
 }
 
@@ -474,6 +843,10 @@ struct ScanStream {
     request: ScanRequest,
     snapshots: Vec<Snapshot>,
     mgr: Arc<TxnManager>,
+    /// For a non-covering index scan: the base-table request (its columns
+    /// are the output) and the reader that fetches base rows by key. The
+    /// main request then decodes the base key columns from each entry.
+    fetch: Option<(ScanRequest, PointReader)>,
 }
 
 impl fmt::Debug for ScanStream {
@@ -494,14 +867,36 @@ impl PartitionStream for ScanStream {
         let request = self.request.clone();
         let snapshots = self.snapshots.clone();
         let mgr = self.mgr.clone();
+        let fetch = self.fetch.clone();
         builder.spawn_blocking(move || {
             let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
-            let mut rows = RowDecoder::new(&request);
+            let output = fetch.as_ref().map(|(base, _)| base).unwrap_or(&request);
+            let mut rows = RowDecoder::new(output);
+            let entry_keys = RowDecoder::new(&request);
+            let base_chain: Vec<&Table> = output.chain.iter().collect();
             let mut produced = 0usize;
             for snap in snapshots {
                 for item in snap.into_iter(&mgr) {
-                    let (key, value) = item.map_err(|e| DataFusionError::External(Box::new(crate::Error::from(e))))?;
-                    if rows.push(&key, &value).map_err(|e| DataFusionError::External(Box::new(e)))? {
+                    let (key, value) = item.map_err(|e| external(crate::Error::from(e)))?;
+                    let pushed = match &fetch {
+                        None => rows.push(&key, &value).map_err(external)?,
+                        Some((_, reader)) => {
+                            // An index entry: decode the base key, fetch the row.
+                            let Some(pk) = entry_keys.key_values(&key).map_err(external)? else {
+                                continue;
+                            };
+                            let base_key = self_catalog_prefix(&base_chain, &pk, true).map_err(external)?;
+                            let row = reader.get(&mgr, &base_key).map_err(|e| external(e.into()))?;
+                            let Some(row) = row else {
+                                return Err(external(crate::Error::Internal(format!(
+                                    "index entry without its row in {}",
+                                    base_chain.last().map(|t| t.name.as_str()).unwrap_or("")
+                                ))));
+                            };
+                            rows.push(&base_key, &row).map_err(external)?
+                        }
+                    };
+                    if pushed {
                         produced += 1;
                     }
                     if rows.len() >= BATCH_ROWS {
@@ -574,6 +969,23 @@ impl<'a> RowDecoder<'a> {
             .first()
             .map(|c| c.len())
             .unwrap_or(self.zero_width_rows)
+    }
+
+    /// The values of the requested columns, which must all be key columns,
+    /// of one key; `None` if the key belongs to another table of the tree.
+    pub fn key_values(&self, key: &[u8]) -> crate::Result<Option<Vec<Value>>> {
+        let chain: Vec<&Table> = self.request.chain.iter().collect();
+        let Some(key_values) = Catalog::decode_key(&chain, key)? else {
+            return Ok(None);
+        };
+        self.key_positions
+            .iter()
+            .map(|p| {
+                p.map(|k| key_values[k].clone())
+                    .ok_or_else(|| crate::Error::Internal("not a key column".into()))
+            })
+            .collect::<crate::Result<Vec<_>>>()
+            .map(Some)
     }
 
     /// Decodes one stored row; returns false if the key belongs to another
@@ -711,7 +1123,7 @@ mod tests {
         let t = table(&c, "c");
         let f1 = col("a").eq(lit(5i64));
         let f2 = col("v").gt(lit(1i64));
-        let plan = t.plan_ranges(&[&f1, &f2]).unwrap();
+        let plan = plan_key_ranges(&t.chain, &[&f1, &f2]).unwrap();
         assert_eq!(plan.exact, vec![true, false]);
         assert_eq!(plan.ranges.len(), 1);
         assert!(contains(&plan.ranges, &key(&c, "c", &[5, 1])));
@@ -727,7 +1139,7 @@ mod tests {
         let f1 = col("a").in_list(vec![lit(9i64), lit(2i64), lit(2i64)], false);
         let f2 = col("b").gt_eq(lit(10i64));
         let f3 = col("b").lt(lit(20i64));
-        let plan = t.plan_ranges(&[&f1, &f2, &f3]).unwrap();
+        let plan = plan_key_ranges(&t.chain, &[&f1, &f2, &f3]).unwrap();
         assert_eq!(plan.exact, vec![true, true, true]);
         assert_eq!(plan.ranges.len(), 2);
         assert!(plan.ranges[0] < plan.ranges[1]);
@@ -745,7 +1157,7 @@ mod tests {
         let c = catalog();
         let t = table(&c, "p");
         let f = col("a").lt(lit(3i64));
-        let plan = t.plan_ranges(&[&f]).unwrap();
+        let plan = plan_key_ranges(&t.chain, &[&f]).unwrap();
         assert_eq!(plan.exact, vec![true]);
         let null_key = c.encode_key("p", &[Value::Null]).unwrap();
         assert!(!contains(&plan.ranges, &null_key));
@@ -753,7 +1165,7 @@ mod tests {
         assert!(!contains(&plan.ranges, &key(&c, "p", &[3])));
         // A filter on a non-key column or a non-literal is not pushed.
         let g = col("a").eq(col("a"));
-        let plan = t.plan_ranges(&[&g]).unwrap();
+        let plan = plan_key_ranges(&t.chain, &[&g]).unwrap();
         assert_eq!(plan.exact, vec![false]);
         assert_eq!(plan.ranges.len(), 1);
     }

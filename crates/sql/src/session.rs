@@ -180,17 +180,27 @@ impl SchemaProvider for SpindleSchema {
         &self,
         name: &str,
     ) -> datafusion::error::Result<Option<Arc<dyn datafusion::catalog::TableProvider>>> {
-        match self.catalog.table(name) {
-            // DataFusion has already folded unquoted names; the catalog
-            // matches exactly, so "Foo" (quoted) and foo stay distinct.
-            Some(t) => {
-                let provider =
-                    SpindleTable::new(&self.catalog, t, self.txn.clone(), self.include_hidden)
-                        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-                Ok(Some(Arc::new(provider)))
-            }
-            _ => Ok(None),
+        let external = |e| datafusion::error::DataFusionError::External(Box::new(e));
+        // `t@idx` is a table reference with FORCE_INDEX (see `hints`).
+        let (table, forced) = match self.catalog.table(name) {
+            Some(t) => (t, None),
+            None => match name.rsplit_once(crate::hints::FORCE_SEPARATOR) {
+                Some((t, ix)) => match self.catalog.table(t) {
+                    Some(t) => (t, Some(ix)),
+                    None => return Ok(None),
+                },
+                None => return Ok(None),
+            },
+        };
+        // DataFusion has already folded unquoted names; the catalog
+        // matches exactly, so "Foo" (quoted) and foo stay distinct.
+        let mut provider =
+            SpindleTable::new(&self.catalog, table, self.txn.clone(), self.include_hidden)
+                .map_err(external)?;
+        if let Some(ix) = forced {
+            provider = provider.force(ix).map_err(external)?;
         }
+        Ok(Some(Arc::new(provider)))
     }
 
     fn table_exist(&self, name: &str) -> bool {
