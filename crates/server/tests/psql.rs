@@ -163,3 +163,49 @@ fn psql_scenario() {
     assert!(q.contains(" Catalina |      1"), "{q}");
     assert!(q.contains(" Marc     |      2"), "{q}");
 }
+
+#[test]
+fn psql_lists_secondary_indexes() {
+    let Some(bin) = psql_binary() else {
+        println!("note: psql not installed; skipping");
+        return;
+    };
+    let addr = start();
+    psql(
+        &bin,
+        addr,
+        &[
+            "CREATE TABLE singers (id bigint PRIMARY KEY, name varchar, rank bigint)",
+            "CREATE TABLE albums (id bigint, aid bigint, title varchar, PRIMARY KEY (id, aid)) INTERLEAVE IN PARENT singers ON DELETE CASCADE",
+            "CREATE UNIQUE INDEX singers_name ON singers (name) INCLUDE (rank)",
+            "CREATE INDEX singers_rank ON singers (rank DESC) WHERE rank IS NOT NULL",
+            "CREATE INDEX albums_title ON albums (id, title) INTERLEAVE IN singers",
+        ],
+    );
+    let di = psql(&bin, addr, &["\\di"]);
+    for (name, table) in [
+        ("singers_name", "singers"),
+        ("singers_rank", "singers"),
+        ("albums_title", "albums"),
+    ] {
+        assert!(
+            di.lines()
+                .any(|l| l.contains(name) && l.contains("index") && l.contains(table)),
+            "{di}"
+        );
+    }
+    let d = psql(&bin, addr, &["\\d singers"]);
+    assert!(
+        d.contains("\"singers_name\" UNIQUE, btree (name) INCLUDE (rank)"),
+        "{d}"
+    );
+    assert!(
+        d.contains("\"singers_rank\" btree (rank DESC) WHERE rank IS NOT NULL"),
+        "{d}"
+    );
+    let d = psql(&bin, addr, &["\\d albums"]);
+    assert!(
+        d.contains("\"albums_title\" btree (id, title) INTERLEAVE IN singers"),
+        "{d}"
+    );
+}

@@ -294,6 +294,19 @@ impl PgCatalog {
                 .join(" ")
         };
         let has_visible_key = |t: &spindle_catalog::Table| !t.has_hidden_key();
+        let attnums = |t: &spindle_catalog::Table, names: &mut dyn Iterator<Item = &String>| {
+            let visible: Vec<_> = t.columns.iter().filter(|c| !c.hidden).collect();
+            names
+                .filter_map(|n| visible.iter().position(|c| &c.name == n))
+                .map(|i| (i + 1).to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        // Secondary indexes with their tables.
+        let indexes: Vec<(&spindle_catalog::Index, &spindle_catalog::Table)> = cat
+            .indexes()
+            .filter_map(|ix| cat.table(&ix.table).map(|t| (ix, t)))
+            .collect();
         let p = match name {
             "pg_namespace" => mem_table(
                 &[
@@ -348,7 +361,12 @@ impl PgCatalog {
                             V::I(t.columns.iter().filter(|c| !c.hidden).count() as i64),
                         ]
                     };
-                    rows.push(row(oid, t.name.clone(), "r", HEAP_AM, has_visible_key(t)));
+                    let has_index =
+                        has_visible_key(t) || indexes.iter().any(|(_, it)| it.id == t.id);
+                    rows.push(row(oid, t.name.clone(), "r", HEAP_AM, has_index));
+                    for (ix, _) in indexes.iter().filter(|(_, it)| it.id == t.id) {
+                        rows.push(row(table_oid(ix.id), ix.name.clone(), "i", BTREE_AM, false));
+                    }
                     if has_visible_key(t) {
                         rows.push(row(
                             oid + 1,
@@ -548,6 +566,35 @@ impl PgCatalog {
                             V::N,
                         ]
                     })
+                    .chain(indexes.iter().map(|(ix, t)| {
+                        let keys = ix.columns.len() as i64;
+                        vec![
+                            V::I(table_oid(ix.id)),
+                            V::I(table_oid(t.id)),
+                            V::I(keys + ix.storing.len() as i64),
+                            V::I(keys),
+                            V::B(ix.unique),
+                            V::B(false),
+                            V::B(false),
+                            V::B(true),
+                            V::B(false),
+                            V::B(true),
+                            V::B(true),
+                            V::B(true),
+                            V::B(false),
+                            s(attnums(
+                                t,
+                                &mut ix.columns.iter().map(|c| &c.name).chain(&ix.storing),
+                            )),
+                            s(""),
+                            V::N,
+                            if ix.null_filtered {
+                                s("null_filtered")
+                            } else {
+                                V::N
+                            },
+                        ]
+                    }))
                     .collect(),
             ),
             "pg_constraint" => {
@@ -843,12 +890,24 @@ impl PgCatalog {
                             s(index_def(t)),
                         ]
                     })
+                    .chain(indexes.iter().map(|(ix, t)| {
+                        vec![
+                            s("public"),
+                            s(t.name.clone()),
+                            s(ix.name.clone()),
+                            s(secondary_index_def(ix)),
+                        ]
+                    }))
                     .collect(),
             ),
             _ => return Ok(None),
         };
         Ok(Some(p?))
     }
+}
+
+fn index_by_oid(catalog: &Catalog, oid: i64) -> Option<&spindle_catalog::Index> {
+    catalog.indexes().find(|ix| table_oid(ix.id) == oid)
 }
 
 fn key_list(t: &spindle_catalog::Table) -> String {
@@ -869,6 +928,41 @@ fn index_def(t: &spindle_catalog::Table) -> String {
         t.name,
         key_list(t)
     )
+}
+
+/// A secondary index as PostgreSQL's `pg_get_indexdef` would print it,
+/// in Spanner's PostgreSQL spelling.
+pub fn secondary_index_def(ix: &spindle_catalog::Index) -> String {
+    let cols: Vec<String> = ix
+        .columns
+        .iter()
+        .map(|k| match k.direction {
+            spindle_keys::Direction::Desc => format!("{} DESC", k.name),
+            _ => k.name.clone(),
+        })
+        .collect();
+    let mut def = format!(
+        "CREATE {}INDEX {} ON public.{} USING btree ({})",
+        if ix.unique { "UNIQUE " } else { "" },
+        ix.name,
+        ix.table,
+        cols.join(", ")
+    );
+    if !ix.storing.is_empty() {
+        def.push_str(&format!(" INCLUDE ({})", ix.storing.join(", ")));
+    }
+    if let Some(p) = &ix.interleave_in {
+        def.push_str(&format!(" INTERLEAVE IN {p}"));
+    }
+    if ix.null_filtered {
+        let tests: Vec<String> = ix
+            .columns
+            .iter()
+            .map(|c| format!("{} IS NOT NULL", c.name))
+            .collect();
+        def.push_str(&format!(" WHERE {}", tests.join(" AND ")));
+    }
+    def
 }
 
 #[async_trait::async_trait]
@@ -1139,13 +1233,17 @@ pub fn register_catalog_functions(state: &mut SessionState, catalog: Arc<Catalog
     ];
     {
         let by_oid = by_oid.clone();
+        let catalog = catalog.clone();
         fns.push((
             "pg_get_indexdef",
             D::Utf8,
             Arc::new(move |v| {
+                let oid = int_arg(v, 0);
+                if let Some(ix) = oid.and_then(|o| index_by_oid(&catalog, o)) {
+                    return text(Some(secondary_index_def(ix)));
+                }
                 text(
-                    int_arg(v, 0)
-                        .and_then(&by_oid)
+                    oid.and_then(&by_oid)
                         .and_then(|(t, k)| (k == 1).then(|| index_def(&t))),
                 )
             }),
@@ -1183,14 +1281,20 @@ pub fn register_catalog_functions(state: &mut SessionState, catalog: Arc<Catalog
     }
     {
         let by_oid = by_oid.clone();
+        let catalog = catalog.clone();
         fns.push((
             "spindle_regclass_name",
             D::Utf8,
             Arc::new(move |v| {
-                text(int_arg(v, 0).map(|o| match by_oid(o) {
-                    Some((t, 1)) => format!("{}_pkey", t.name),
-                    Some((t, _)) => t.name.clone(),
-                    None => o.to_string(),
+                text(int_arg(v, 0).map(|o| {
+                    match by_oid(o) {
+                        _ if index_by_oid(&catalog, o).is_some() => index_by_oid(&catalog, o)
+                            .map(|ix| ix.name.clone())
+                            .unwrap_or_default(),
+                        Some((t, 1)) => format!("{}_pkey", t.name),
+                        Some((t, _)) => t.name.clone(),
+                        None => o.to_string(),
+                    }
                 }))
             }),
         ));

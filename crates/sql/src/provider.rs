@@ -507,7 +507,8 @@ fn column_name(e: &Expr) -> Option<&str> {
     }
 }
 
-/// `col = lit`, `lit = col` or `col IN (lits)` on column `name`.
+/// `col = lit`, `lit = col`, `col IN (lits)` or an OR of those on column
+/// `name`.
 fn equality_values(
     f: &Expr,
     name: &str,
@@ -528,6 +529,16 @@ fn equality_values(
                 .then(|| literal_value(l, ty))
                 .flatten()
                 .map(|v| vec![v])
+        }
+        // DataFusion rewrites short IN lists to `c = a OR c = b`.
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
+            let mut vals = equality_values(left, name, ty)?;
+            vals.extend(equality_values(right, name, ty)?);
+            Some(vals)
         }
         Expr::InList(list) if !list.negated && column_name(&list.expr) == Some(name) => list
             .list
