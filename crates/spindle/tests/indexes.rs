@@ -248,3 +248,69 @@ proptest! {
         prop_assert!(dups.is_empty(), "duplicates {:?}", dups);
     }
 }
+
+/// A global index is a key space of its own: an entry that lands in another
+/// split than its row makes the commit two-phase. An interleaved index's
+/// entry sits in its row's row tree, so the commit stays one phase.
+#[test]
+fn global_index_entries_in_another_split_make_commits_two_phase() {
+    let db = Database::open_in_memory().unwrap();
+    db.engine().manager().set_split_threshold(2_000);
+    for sql in [
+        "CREATE TABLE users (id INT64 NOT NULL, email STRING(MAX), bio STRING(MAX)) PRIMARY KEY (id)",
+        "CREATE TABLE posts (id INT64 NOT NULL, post INT64 NOT NULL, title STRING(MAX)) PRIMARY KEY (id, post), INTERLEAVE IN PARENT users ON DELETE CASCADE",
+        "CREATE UNIQUE INDEX users_by_email ON users (email)",
+        "CREATE INDEX posts_by_title ON posts (id, title), INTERLEAVE IN users",
+    ] {
+        db.execute(sql, &[]).unwrap();
+    }
+    for i in 0..80 {
+        db.execute(
+            "INSERT INTO users VALUES ($1, 'u' || CAST($1 AS STRING), $2)",
+            &[Value::Int64(i), Value::String("x".repeat(60))],
+        )
+        .unwrap();
+        db.execute(
+            "INSERT INTO posts VALUES ($1, 1, 'first')",
+            &[Value::Int64(i)],
+        )
+        .unwrap();
+    }
+    let starts: Vec<String> = db
+        .query("SELECT start_key FROM spindle_sys.splits", &[])
+        .unwrap()
+        .rows()
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String>(0).unwrap())
+        .collect();
+    // (Entries from 'u0' on are in the index's own split; the rows of
+    // users from 70 on are in the split before it.)
+    assert!(
+        starts.iter().any(|s| s.starts_with("index users_by_email")),
+        "the index key space splits on its own: {starts:?}"
+    );
+    let explain = |sql: &str| -> String {
+        db.query(&format!("EXPLAIN {sql}"), &[])
+            .unwrap()
+            .rows()
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String>(0).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let e = explain("INSERT INTO users VALUES (500, 'zz', 'b')");
+    assert!(e.contains("two-phase commit across 2 splits"), "{e}");
+    let e = explain("INSERT INTO posts VALUES (3, 2, 'second')");
+    assert!(e.contains("commit: one phase"), "{e}");
+    // The two-phase commit itself goes through, and the entry is there.
+    db.execute("INSERT INTO users VALUES (500, 'zz', 'b')", &[])
+        .unwrap();
+    let rows = db
+        .query("SELECT id FROM users WHERE email = 'zz'", &[])
+        .unwrap()
+        .rows()
+        .unwrap();
+    assert_eq!(rows[0].get::<i64>(0).unwrap(), 500);
+}

@@ -95,7 +95,7 @@ impl SysSchema {
 }
 
 /// A readable form of a split boundary: `<begin>`, `<catalog>`,
-/// `singers`, `singers(1)`, `singers(1)/albums(2)`.
+/// `singers`, `singers(1)`, `singers(1)/albums(2)`, `index by_name('x', 1)`.
 pub fn render_key(catalog: &Catalog, key: &[u8]) -> String {
     if key.is_empty() {
         return "<begin>".into();
@@ -110,15 +110,22 @@ pub fn render_key(catalog: &Catalog, key: &[u8]) -> String {
         let Ok(id) = decode_table_prefix(key, &mut pos) else {
             break;
         };
-        let Some(t) = catalog.table_by_id(id) else {
-            out.push_str(&format!("<dropped table {id}>"));
-            break;
+        let (name, width) = match (catalog.table_by_id(id), catalog.index_by_id(id)) {
+            (Some(t), _) => (t.name.clone(), t.primary_key.len()),
+            (None, Some(ix)) => (
+                format!("index {}", ix.name),
+                catalog.key_width(id).unwrap_or(0),
+            ),
+            (None, None) => {
+                out.push_str(&format!("<dropped table {id}>"));
+                break;
+            }
         };
         if !out.is_empty() {
             out.push('/');
         }
-        out.push_str(&t.name);
-        let n = t.primary_key.len().saturating_sub(prev);
+        out.push_str(&name);
+        let n = width.saturating_sub(prev);
         if pos < key.len() {
             match decode_values(key, &mut pos, n) {
                 Ok(vals) => {
@@ -131,7 +138,7 @@ pub fn render_key(catalog: &Catalog, key: &[u8]) -> String {
                 Err(_) => break,
             }
         }
-        prev = t.primary_key.len();
+        prev = width;
     }
     out
 }
