@@ -122,8 +122,10 @@ fn delete_table_rows(ctx: &StatementContext, catalog: &Catalog, table: &Table) -
 /// committed meanwhile makes the commit fail with a serialization error
 /// (retried for an autocommit statement), and every transaction that
 /// overlaps the schema change aborts (each implicitly reads the catalog):
-/// writers are held off for the duration of the backfill, and no write can
-/// miss the new index.
+/// no write can miss the new index. This is optimistic, not a lock: under
+/// an unbroken stream of commits to the table the backfill keeps retrying
+/// (and an autocommit CREATE INDEX gives up with 40001 after its attempts),
+/// so build indexes on busy tables in a quieter moment.
 pub(crate) fn create_index(
     ctx: &StatementContext,
     def: IndexDef,

@@ -15,8 +15,19 @@
 //! 3. Everything else is evaluated by DataFusion on the scanned rows.
 //!
 //! A filter is reported `Exact` only when it was consumed by step 1 or 2
-//! (the ranges then contain exactly the rows it accepts); otherwise it is
-//! `Inexact` or `Unsupported` and DataFusion re-applies it.
+//! of the primary-key plan and no index competes for the scan (the ranges
+//! then contain exactly the rows it accepts); otherwise it is `Inexact`
+//! and DataFusion re-applies it.
+//!
+//! ## Access paths
+//!
+//! The same planning runs over the key of each secondary index (an index
+//! is described by a table chain ending in a virtual table, see
+//! `Catalog::index_chain`), and [`SpindleTable`] keeps the cheapest path by
+//! estimated selectivity: primary-key ranges, an index (read alone when it
+//! covers the query, otherwise each entry's base row is fetched by key), or
+//! a full scan. `FORCE_INDEX` hints override the choice. EXPLAIN prints
+//! the path as `SpindleScan: table=… access=… where … ranges=n`.
 //!
 //! ## Interleaved tables
 //!
