@@ -97,6 +97,8 @@ impl Engine {
             txn: None,
             failed: false,
             read_only: false,
+            default_read_only: false,
+            txn_used: false,
             settings: crate::settings::Settings::default(),
         }
     }
@@ -461,6 +463,10 @@ pub struct Session {
     /// (or COMMIT, which rolls back) is accepted.
     failed: bool,
     read_only: bool,
+    /// `SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY`.
+    default_read_only: bool,
+    /// A statement ran in the open transaction block.
+    txn_used: bool,
     /// Session parameters (SET / SHOW).
     settings: crate::settings::Settings,
 }
@@ -538,7 +544,8 @@ impl Session {
                     };
                     self.txn = Some(Arc::new(Mutex::new(txn)));
                     self.failed = false;
-                    self.read_only = read_only;
+                    self.read_only = read_only || self.default_read_only;
+                    self.txn_used = false;
                 } else if self.failed {
                     return Err(Error::InFailedTransaction);
                 }
@@ -566,6 +573,23 @@ impl Session {
                 if self.failed {
                     return Err(Error::InFailedTransaction);
                 }
+                if let crate::settings::SettingStatement::Transaction {
+                    read_only: Some(ro),
+                    session,
+                } = setting
+                {
+                    if session {
+                        self.default_read_only = ro;
+                    } else if self.txn.is_some() {
+                        if !ro && self.read_only && self.txn_used {
+                            return Err(Error::InvalidTransactionState(
+                                "transaction read-write mode must be set before any query".into(),
+                            ));
+                        }
+                        self.read_only = ro;
+                    }
+                    // Outside a transaction block PostgreSQL ignores it too.
+                }
                 let tag = Statement::Setting(setting.clone()).tag();
                 match self.settings.apply(&setting)? {
                     None => Ok(Output::command(tag)),
@@ -582,6 +606,7 @@ impl Session {
                             engine: self.engine.clone(),
                             txn: txn.clone(),
                         };
+                        self.txn_used = true;
                         let r = ctx.run(stmt, self.read_only).await;
                         if r.is_err() {
                             self.failed = true;
@@ -632,7 +657,7 @@ impl Session {
                 engine: self.engine.clone(),
                 txn: txn.clone(),
             };
-            let out = ctx.run(stmt.clone(), false).await?;
+            let out = ctx.run(stmt.clone(), self.default_read_only).await?;
             let committed = crate::blocking(|| {
                 txn.lock()
                     .map_err(|_| Error::Internal("transaction lock poisoned".into()))

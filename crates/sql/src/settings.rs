@@ -38,9 +38,16 @@ pub enum SettingStatement {
         name: String,
         value: Option<String>,
     },
-    /// `SET TRANSACTION …` and `SET SESSION CHARACTERISTICS …`: accepted,
+    /// `SET TRANSACTION …` and `SET SESSION CHARACTERISTICS AS TRANSACTION
+    /// …`: the access mode (`READ ONLY` / `READ WRITE`) is applied by the
+    /// session; isolation levels are accepted (always serializable),
     /// transactions are serializable.
-    Transaction,
+    Transaction {
+        /// `Some(true)` for READ ONLY, `Some(false)` for READ WRITE.
+        read_only: Option<bool>,
+        /// SESSION CHARACTERISTICS: the default for later transactions.
+        session: bool,
+    },
     Show {
         name: String,
     },
@@ -252,7 +259,7 @@ impl Settings {
                 self.set(name, value.as_deref())?;
                 Ok(None)
             }
-            SettingStatement::Transaction => Ok(None),
+            SettingStatement::Transaction { .. } => Ok(None),
             SettingStatement::ResetAll => {
                 self.values.clear();
                 Ok(None)
@@ -389,10 +396,10 @@ pub fn parse(p: &mut Parser) -> Option<Result<SettingStatement>> {
     if is_word(p, n, "SESSION") || is_word(p, n, "LOCAL") {
         if is_word(p, n + 1, "CHARACTERISTICS") {
             p.next_token();
-            while !matches!(p.peek_token().token, Token::EOF | Token::SemiColon) {
-                p.next_token();
-            }
-            return Some(Ok(SettingStatement::Transaction));
+            return Some(Ok(SettingStatement::Transaction {
+                read_only: access_mode(p),
+                session: true,
+            }));
         }
         n += 1;
     }
@@ -403,10 +410,10 @@ pub fn parse(p: &mut Parser) -> Option<Result<SettingStatement>> {
         p.next_token();
     }
     if is_word(p, 0, "TRANSACTION") {
-        while !matches!(p.peek_token().token, Token::EOF | Token::SemiColon) {
-            p.next_token();
-        }
-        return Some(Ok(SettingStatement::Transaction));
+        return Some(Ok(SettingStatement::Transaction {
+            read_only: access_mode(p),
+            session: false,
+        }));
     }
     if is_word(p, 0, "TIME") && is_word(p, 1, "ZONE") {
         p.next_token();
@@ -519,4 +526,19 @@ mod tests {
         s.set("application_name", None).unwrap();
         assert_eq!(s.get("application_name").as_deref(), Some(""));
     }
+}
+
+/// Consumes the rest of a `SET TRANSACTION` statement and returns its
+/// access mode, if it names one (the last one wins, as in PostgreSQL).
+fn access_mode(p: &mut Parser) -> Option<bool> {
+    let mut mode = None;
+    while !matches!(p.peek_token().token, Token::EOF | Token::SemiColon) {
+        if is_word(p, 0, "READ") && is_word(p, 1, "ONLY") {
+            mode = Some(true);
+        } else if is_word(p, 0, "READ") && is_word(p, 1, "WRITE") {
+            mode = Some(false);
+        }
+        p.next_token();
+    }
+    mode
 }
