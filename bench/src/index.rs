@@ -90,8 +90,11 @@ fn main() {
         let values: Vec<String> = (start..end)
             .map(|i| format!("({i}, {}, {}, '{}')", k_of(i, n), i * 3, "v".repeat(80)))
             .collect();
-        db.execute(&format!("INSERT INTO items VALUES {}", values.join(", ")), &[])
-            .expect("load");
+        db.execute(
+            &format!("INSERT INTO items VALUES {}", values.join(", ")),
+            &[],
+        )
+        .expect("load");
         start = end;
     }
     println!("loaded {n} rows in {:.1} s", load.elapsed().as_secs_f64());
