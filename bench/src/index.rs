@@ -108,7 +108,7 @@ fn main() {
             assert_eq!(rows.num_rows(), 1, "{sql} k={k}");
         }
     };
-    let results = vec![
+    let results = [
         measure(
             "lookup by k, index (non-covering)",
             args.seconds,

@@ -446,6 +446,21 @@ pub fn parse(p: &mut Parser) -> Option<Result<SettingStatement>> {
     })())
 }
 
+/// Consumes the rest of a `SET TRANSACTION` statement and returns its
+/// access mode, if it names one (the last one wins, as in PostgreSQL).
+fn access_mode(p: &mut Parser) -> Option<bool> {
+    let mut mode = None;
+    while !matches!(p.peek_token().token, Token::EOF | Token::SemiColon) {
+        if is_word(p, 0, "READ") && is_word(p, 1, "ONLY") {
+            mode = Some(true);
+        } else if is_word(p, 0, "READ") && is_word(p, 1, "WRITE") {
+            mode = Some(false);
+        }
+        p.next_token();
+    }
+    mode
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,19 +541,4 @@ mod tests {
         s.set("application_name", None).unwrap();
         assert_eq!(s.get("application_name").as_deref(), Some(""));
     }
-}
-
-/// Consumes the rest of a `SET TRANSACTION` statement and returns its
-/// access mode, if it names one (the last one wins, as in PostgreSQL).
-fn access_mode(p: &mut Parser) -> Option<bool> {
-    let mut mode = None;
-    while !matches!(p.peek_token().token, Token::EOF | Token::SemiColon) {
-        if is_word(p, 0, "READ") && is_word(p, 1, "ONLY") {
-            mode = Some(true);
-        } else if is_word(p, 0, "READ") && is_word(p, 1, "WRITE") {
-            mode = Some(false);
-        }
-        p.next_token();
-    }
-    mode
 }
