@@ -39,7 +39,7 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager,
-    ErrorHandler, NoopHandler, PgWireConnectionState, PgWireServerHandlers, PidSecretKeyGenerator,
+    ErrorHandler, PgWireConnectionState, PgWireServerHandlers, PidSecretKeyGenerator,
     RandomPidSecretKeyGenerator, Type, DEFAULT_NAME,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
@@ -74,6 +74,8 @@ pub(crate) struct Shared {
 pub(crate) struct Conn {
     pub shared: Arc<Shared>,
     pub session: Mutex<Session>,
+    /// The `COPY … FROM STDIN` receiving data, if any.
+    pub copy_in: Mutex<Option<crate::copy::Pending>>,
 }
 
 /// The handlers of one connection (pgwire asks for them once per socket).
@@ -113,7 +115,7 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
-        Arc::new(NoopHandler)
+        self.handler.clone()
     }
 }
 
@@ -179,7 +181,7 @@ fn statement_error(e: &spindle_sql::Error) -> ErrorInfo {
     ErrorInfo::new("ERROR".into(), code.into(), e.to_string())
 }
 
-fn to_pg(e: &spindle_sql::Error) -> PgWireError {
+pub(crate) fn to_pg(e: &spindle_sql::Error) -> PgWireError {
     PgWireError::UserError(Box::new(statement_error(e)))
 }
 
@@ -374,7 +376,7 @@ fn rand_byte() -> u8 {
 
 /// The per-connection query handler.
 pub(crate) struct Handler {
-    conn: Arc<Conn>,
+    pub(crate) conn: Arc<Conn>,
 }
 
 /// A prepared statement: its SQL and what Parse/Describe found out.
@@ -456,15 +458,29 @@ fn rows_tag(tag: &str, rows: usize) -> String {
 
 impl Handler {
     /// Runs the statements of one simple Query, sending each result; stops
-    /// at the first error. Returns whether a parameter the client tracks
-    /// changed.
-    async fn run_simple<C>(&self, client: &mut C, sql: &str) -> PgWireResult<()>
+    /// at the first error. Returns whether a `COPY … FROM STDIN` started
+    /// (then the connection waits for its data, not for a query).
+    async fn run_simple<C>(&self, client: &mut C, sql: &str) -> PgWireResult<bool>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut session = self.conn.session.lock().await;
+        if crate::copy::is_copy(sql) {
+            return match self.start_copy(client, &mut session, sql, false).await? {
+                Ok(copy_in) => Ok(copy_in),
+                Err(e) => {
+                    session.fail();
+                    client
+                        .feed(PgWireBackendMessage::ErrorResponse(
+                            statement_error(&e).into(),
+                        ))
+                        .await?;
+                    Ok(false)
+                }
+            };
+        }
         let before = session.settings().reported();
         let stmts = match spindle_sql::parser::parse(sql)
             .and_then(|s| spindle_sql::bind::bind_params(s, &[]))
@@ -477,7 +493,7 @@ impl Handler {
                         statement_error(&e).into(),
                     ))
                     .await?;
-                return Ok(());
+                return Ok(false);
             }
         };
         if stmts.is_empty() {
@@ -562,7 +578,7 @@ impl Handler {
                     .await?;
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Decodes a portal's parameters with the statement's types.
@@ -623,7 +639,12 @@ impl SimpleQueryHandler for Handler {
             }
         };
         match outcome {
-            Some(r) => r?,
+            Some(r) => {
+                if r? {
+                    // COPY FROM STDIN: ReadyForQuery follows its data.
+                    return Ok(());
+                }
+            }
             None => {
                 // The statement's future was dropped: nothing it did is
                 // committed unless its commit had already returned.
@@ -675,6 +696,18 @@ impl QueryParser for Handler {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let mut session = self.conn.session.lock().await;
+        if crate::copy::is_copy(sql) {
+            if let Err(e) = crate::copy::check(&session, sql).await {
+                session.fail();
+                return Err(to_pg(&e));
+            }
+            return Ok(Some(Prepared {
+                sql: sql.to_string(),
+                params: vec![],
+                columns: None,
+                tag: "COPY",
+            }));
+        }
         let desc = match session.describe(sql).await {
             Ok(d) => d,
             Err(e) => {
@@ -811,6 +844,28 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        if let Some(Entry::Value(portal)) = client.portal_store().get_portal(portal_name) {
+            if portal.statement.statement.tag == "COPY" {
+                let sql = portal.statement.statement.sql.clone();
+                let mut session = self.conn.session.lock().await;
+                let r = self.start_copy(client, &mut session, &sql, true).await?;
+                return match r {
+                    Ok(copy_in) => {
+                        if !copy_in {
+                            client.set_state(PgWireConnectionState::ReadyForQuery);
+                        }
+                        client.set_transaction_status(status(&session));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        session.fail();
+                        client.set_transaction_status(status(&session));
+                        Err(to_pg(&e))
+                    }
+                };
+            }
+        }
         let r = self._on_execute(client, message).await;
         let mut session = self.conn.session.lock().await;
         if r.is_err() {

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Modules: [`handler`] (protocol ↔ session), [`types`] (OIDs, text and
-//! binary values).
+//! binary values), `copy` (`COPY … FROM STDIN` / `TO STDOUT`, text and CSV).
 //!
 //! * **Errors**: every statement error becomes an ErrorResponse with
 //!   `spindle_sql::Error::sqlstate`; after an error in the extended
@@ -31,6 +31,7 @@
 //!   future completes, waits for running statements (and so for their
 //!   commits) to finish, then closes the connections.
 
+mod copy;
 pub mod handler;
 pub mod types;
 
@@ -113,6 +114,7 @@ impl Server {
                     let conn = Arc::new(Conn {
                         shared: self.shared.clone(),
                         session: Mutex::new(self.shared.engine.session()),
+                        copy_in: Mutex::new(None),
                     });
                     let span = info_span!("connection", id, %peer);
                     tasks.spawn(

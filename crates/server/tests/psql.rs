@@ -39,9 +39,9 @@ fn start() -> SocketAddr {
     rx.recv().unwrap()
 }
 
-/// Runs psql with `-c` for each command; returns stdout, panicking with
-/// stderr if psql fails.
-fn psql(bin: &str, addr: SocketAddr, commands: &[&str]) -> String {
+/// Runs psql with `args` (after the connection options); returns its exit
+/// status, stdout and stderr.
+fn run_psql(bin: &str, addr: SocketAddr, args: &[&str]) -> (bool, String, String) {
     let mut cmd = Command::new(bin);
     cmd.args([
         "-X",
@@ -60,17 +60,27 @@ fn psql(bin: &str, addr: SocketAddr, commands: &[&str]) -> String {
     .env("PAGER", "")
     .env("PSQL_PAGER", "")
     .env("PGSSLMODE", "disable")
-    .env("COLUMNS", "200");
-    for c in commands {
-        cmd.args(["-c", c]);
-    }
+    .env("COLUMNS", "200")
+    .args(args);
     let out = cmd.output().expect("run psql");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Runs psql with `-c` for each command; returns stdout, panicking with
+/// stderr if psql fails.
+fn psql(bin: &str, addr: SocketAddr, commands: &[&str]) -> String {
+    let mut args = Vec::new();
+    for c in commands {
+        args.extend(["-c", c]);
+    }
+    let (ok, stdout, stderr) = run_psql(bin, addr, &args);
     assert!(
-        out.status.success() && stderr.is_empty(),
-        "psql {commands:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
+        ok && stderr.is_empty(),
+        "psql {commands:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     stdout
 }
@@ -162,6 +172,97 @@ fn psql_scenario() {
     println!("{q}");
     assert!(q.contains(" Catalina |      1"), "{q}");
     assert!(q.contains(" Marc     |      2"), "{q}");
+}
+
+#[test]
+fn psql_copy() {
+    let Some(bin) = psql_binary() else {
+        println!("NOTICE: psql is not installed; skipping the psql \\copy scenario");
+        return;
+    };
+    let addr = start();
+    psql(
+        &bin,
+        addr,
+        &[
+            "CREATE TABLE singers (singer_id INT64 NOT NULL, name STRING(100)) PRIMARY KEY (singer_id)",
+            "CREATE TABLE albums (singer_id INT64 NOT NULL, album_id INT64 NOT NULL, title STRING(MAX)) \
+             PRIMARY KEY (singer_id, album_id), INTERLEAVE IN PARENT singers ON DELETE CASCADE",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+
+    // \copy … from a CSV file with a header, and from a text-format file.
+    std::fs::write(
+        path("singers.csv"),
+        "singer_id,name\n1,Marc\n2,\"Smith, Jr\"\n3,\n",
+    )
+    .unwrap();
+    let out = psql(
+        &bin,
+        addr,
+        &[&format!(
+            "\\copy singers from '{}' with (format csv, header)",
+            path("singers.csv")
+        )],
+    );
+    assert_eq!(out.trim(), "COPY 3");
+    std::fs::write(path("albums.txt"), "1\t1\tTotal Junk\n2\t1\tGreen\n").unwrap();
+    let out = psql(
+        &bin,
+        addr,
+        &[&format!("\\copy albums from '{}'", path("albums.txt"))],
+    );
+    assert_eq!(out.trim(), "COPY 2");
+
+    // \copy … to a file and to stdout, CSV and text.
+    let out = psql(
+        &bin,
+        addr,
+        &[&format!(
+            "\\copy singers to '{}' csv header",
+            path("out.csv")
+        )],
+    );
+    assert_eq!(out.trim(), "COPY 3");
+    assert_eq!(
+        std::fs::read_to_string(path("out.csv")).unwrap(),
+        "singer_id,name\n1,Marc\n2,\"Smith, Jr\"\n3,\n"
+    );
+    let out = psql(
+        &bin,
+        addr,
+        &["\\copy (SELECT a.title, s.name FROM albums a JOIN singers s ON s.singer_id = a.singer_id ORDER BY a.singer_id) to stdout"],
+    );
+    assert_eq!(out, "Total Junk\tMarc\nGreen\tSmith, Jr\n");
+
+    // A failing \copy (a child row without its parent) writes nothing.
+    std::fs::write(path("orphans.txt"), "3\t1\tok\n9\t1\torphan\n").unwrap();
+    let (ok, _, stderr) = run_psql(
+        &bin,
+        addr,
+        &[
+            "-c",
+            &format!("\\copy albums from '{}'", path("orphans.txt")),
+        ],
+    );
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("violates interleave"), "{stderr}");
+    let out = psql(&bin, addr, &["SELECT count(*) FROM albums"]);
+    assert!(out.contains("     2\n"), "{out}");
+
+    // COPY FROM STDIN with its data inline in a script (as pg_dump
+    // writes), then the script goes on.
+    std::fs::write(
+        path("script.sql"),
+        "COPY singers (singer_id, name) FROM STDIN;\n10\tTen\n11\t\\N\n\\.\nSELECT count(*) AS n FROM singers WHERE name IS NULL;\n",
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = run_psql(&bin, addr, &["-f", &path("script.sql")]);
+    assert!(ok && stderr.is_empty(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("COPY 2\n"), "{stdout}");
+    assert!(stdout.contains("\n 2\n(1 row)"), "{stdout}");
 }
 
 #[test]

@@ -54,6 +54,15 @@ pub enum Error {
     InvalidParameterValue(String),
     #[error("{0}")]
     CantChangeRuntimeParam(String),
+    /// Malformed COPY data: a wrong number of fields, an open quote.
+    #[error("{0}")]
+    BadCopyFormat(String),
+    /// Text that is not valid UTF-8.
+    #[error("{0}")]
+    InvalidEncoding(String),
+    /// A statement the client canceled (CancelRequest, CopyFail).
+    #[error("{0}")]
+    QueryCanceled(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -126,6 +135,9 @@ impl Error {
             Error::UndefinedObject(_) => "42704",
             Error::InvalidParameterValue(_) => "22023",
             Error::CantChangeRuntimeParam(_) => "55P02",
+            Error::BadCopyFormat(_) => "22P04",
+            Error::InvalidEncoding(_) => "22021",
+            Error::QueryCanceled(_) => "57014",
             Error::Internal(_) => "XX000",
         }
     }
