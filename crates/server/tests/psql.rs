@@ -310,3 +310,71 @@ fn psql_lists_secondary_indexes() {
         "{d}"
     );
 }
+
+#[test]
+fn psql_expanded_display_and_timing() {
+    let Some(bin) = psql_binary() else {
+        println!("NOTICE: psql is not installed; skipping the psql \\x / \\timing scenario");
+        return;
+    };
+    let addr = start();
+    psql(
+        &bin,
+        addr,
+        &[
+            "CREATE TABLE singers (singer_id INT64 NOT NULL, name STRING(100)) PRIMARY KEY (singer_id)",
+            "INSERT INTO singers VALUES (1, 'Marc'), (2, NULL)",
+        ],
+    );
+
+    // \x: one "-[ RECORD n ]" block per row, a line per column.
+    let x = psql(
+        &bin,
+        addr,
+        &[
+            "\\x on",
+            "SELECT singer_id, name FROM singers ORDER BY singer_id",
+        ],
+    );
+    println!("{x}");
+    assert!(x.contains("Expanded display is on."), "{x}");
+    assert!(
+        x.contains("-[ RECORD 1 ]---\nsinger_id | 1\nname      | Marc\n"),
+        "{x}"
+    );
+    assert!(
+        x.contains("-[ RECORD 2 ]---\nsinger_id | 2\nname      | \n"),
+        "{x}"
+    );
+    // \x auto picks the normal layout for a narrow result.
+    let x = psql(&bin, addr, &["\\x auto", "SELECT 1 AS one"]);
+    assert!(x.contains("Expanded display is used automatically."), "{x}");
+    assert!(x.contains(" one \n-----\n   1\n(1 row)"), "{x}");
+
+    // \timing: a "Time: … ms" line after every statement, errors included
+    // in the session going on.
+    let t = psql(
+        &bin,
+        addr,
+        &[
+            "\\timing on",
+            "SELECT count(*) FROM singers",
+            "UPDATE singers SET name = 'Cat' WHERE singer_id = 2",
+        ],
+    );
+    println!("{t}");
+    assert!(t.contains("Timing is on."), "{t}");
+    let times: Vec<&str> = t.lines().filter(|l| l.starts_with("Time: ")).collect();
+    assert_eq!(times.len(), 2, "{t}");
+    for line in times {
+        let ms = line
+            .strip_prefix("Time: ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok());
+        assert!(
+            ms.is_some_and(|ms| ms >= 0.0) && line.contains(" ms"),
+            "{line}"
+        );
+    }
+    assert!(t.contains("UPDATE 1"), "{t}");
+}
