@@ -682,3 +682,78 @@ async fn graceful_shutdown_keeps_acknowledged_commits() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A cross join of 10^10 rows: minutes of work unless it is canceled.
+const LONG_QUERY: &str = "SELECT sum(a.value * b.value) FROM generate_series(1, 100000) a, \
+                          generate_series(1, 100000) b";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_running_query() {
+    use std::time::Duration;
+    let addr = start(None).await;
+    let client = connect(addr).await;
+    let other = connect(addr).await;
+    let token = client.cancel_token();
+
+    // Simple protocol, outside a transaction block.
+    let running = tokio::spawn(async move {
+        let r = client.simple_query(LONG_QUERY).await;
+        (client, r)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!running.is_finished(), "the query ended before the cancel");
+    // Another connection is not held up meanwhile.
+    other.simple_query("SELECT 1").await.unwrap();
+    token.cancel_query(NoTls).await.unwrap();
+    let (client, r) = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the canceled query stopped")
+        .unwrap();
+    let e = r.expect_err("canceled");
+    assert_eq!(sqlstate(&e), "57014", "{e:?}");
+    assert_eq!(
+        e.as_db_error().unwrap().message(),
+        "canceling statement due to user request"
+    );
+    // The connection stays usable.
+    let row = client.query_one("SELECT 1 + 1", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 2);
+
+    // Extended protocol, inside a transaction block: the block fails
+    // (25P02) until ROLLBACK, as in PostgreSQL.
+    client.batch_execute("BEGIN").await.unwrap();
+    let token = client.cancel_token();
+    let running = tokio::spawn(async move {
+        let r = client.query(LONG_QUERY, &[]).await.map(|_| ());
+        (client, r)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let (client, r) = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the canceled query stopped")
+        .unwrap();
+    assert_eq!(sqlstate(&r.expect_err("canceled")), "57014");
+    let e = client.query("SELECT 1", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        client
+            .query_one("SELECT 2", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        2
+    );
+
+    // A cancel with no query running does nothing.
+    client.cancel_token().cancel_query(NoTls).await.unwrap();
+    assert_eq!(
+        client
+            .query_one("SELECT 3", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        3
+    );
+}
