@@ -52,6 +52,7 @@ use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use spindle_keys::Value;
+use spindle_sql::parser::Statement;
 use spindle_sql::{Engine, Output, Session};
 use tokio::sync::{Mutex, RwLock};
 use tracing::{debug, info_span, warn, Instrument};
@@ -448,6 +449,29 @@ fn data_rows(batches: &[RecordBatch], fields: &[FieldInfo]) -> Result<Vec<DataRo
     Ok(out)
 }
 
+/// Whether the statements of one simple Query run as one implicit
+/// transaction, as in PostgreSQL: several statements, at least one of them
+/// a write, outside a transaction block, and none of them BEGIN, COMMIT or
+/// ROLLBACK (a string with its own transaction control runs statement by
+/// statement). Then an error anywhere rolls back every statement of the
+/// string.
+fn implicit_transaction(session: &Session, stmts: &[Statement]) -> bool {
+    stmts.len() > 1
+        && !session.in_transaction()
+        && !stmts.iter().any(|s| {
+            matches!(
+                s,
+                Statement::Begin { .. } | Statement::Commit | Statement::Rollback
+            )
+        })
+        && stmts.iter().any(|s| {
+            !matches!(
+                s,
+                Statement::Query(_) | Statement::Setting(_) | Statement::ExplainDml(_)
+            )
+        })
+}
+
 /// The CommandComplete tag of a statement that returned rows.
 fn rows_tag(tag: &str, rows: usize) -> String {
     match tag {
@@ -503,6 +527,21 @@ impl Handler {
                 ))
                 .await?;
         }
+        let implicit = implicit_transaction(&session, &stmts);
+        if implicit {
+            if let Err(e) = session
+                .execute_statement(Statement::Begin { read_only: false })
+                .await
+            {
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(
+                        statement_error(&e).into(),
+                    ))
+                    .await?;
+                return Ok(false);
+            }
+        }
+        let mut failed = false;
         for stmt in stmts {
             let tag = stmt.tag();
             let span = info_span!(
@@ -543,6 +582,7 @@ impl Handler {
                         }
                         Err(e) => {
                             session.fail();
+                            failed = true;
                             client
                                 .feed(PgWireBackendMessage::ErrorResponse(e.into()))
                                 .await?;
@@ -559,6 +599,7 @@ impl Handler {
                         .await?;
                 }
                 Err(e) => {
+                    failed = true;
                     client
                         .feed(PgWireBackendMessage::ErrorResponse(
                             statement_error(&e).into(),
@@ -566,6 +607,21 @@ impl Handler {
                         .await?;
                     break;
                 }
+            }
+        }
+        if implicit {
+            let end = if failed {
+                Statement::Rollback
+            } else {
+                Statement::Commit
+            };
+            let _running = self.conn.shared.in_flight.read().await;
+            if let Err(e) = session.execute_statement(end).await {
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(
+                        statement_error(&e).into(),
+                    ))
+                    .await?;
             }
         }
         let after = session.settings().reported();

@@ -757,3 +757,121 @@ async fn cancel_request_stops_a_running_query() {
         3
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_statement_query_is_one_implicit_transaction() {
+    let addr = start(None).await;
+    let client = connect(addr).await;
+    client
+        .batch_execute("CREATE TABLE t (id INT64 NOT NULL, v STRING(MAX)) PRIMARY KEY (id)")
+        .await
+        .unwrap();
+    async fn ids(client: &Client) -> Vec<i64> {
+        client
+            .query("SELECT id FROM t ORDER BY id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    // All or nothing: the duplicate key undoes the two inserts before it.
+    let e = client
+        .simple_query(
+            "INSERT INTO t VALUES (1, 'a'); INSERT INTO t VALUES (2, 'b'); \
+             INSERT INTO t VALUES (1, 'dup'); INSERT INTO t VALUES (3, 'c')",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    assert_eq!(ids(&client).await, Vec::<i64>::new());
+
+    // Success: every statement's result, and later statements see the
+    // earlier ones' writes.
+    let msgs = client
+        .simple_query(
+            "INSERT INTO t VALUES (1, 'a'); INSERT INTO t VALUES (2, 'b'); SELECT count(*) FROM t",
+        )
+        .await
+        .unwrap();
+    let tags: Vec<u64> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::CommandComplete(n) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tags, vec![1, 1, 1]);
+    let counted: Vec<&str> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counted, vec!["2"]);
+
+    // An error in a query after a write also rolls the write back.
+    let e = client
+        .simple_query("UPDATE t SET v = 'changed'; SELECT 1 / 0")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22012");
+    let v: Vec<String> = client
+        .query("SELECT v FROM t ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(v, vec!["a", "b"]);
+
+    // DDL and DML together: a failure leaves no table behind.
+    let e = client
+        .simple_query(
+            "CREATE TABLE u (id INT64 NOT NULL) PRIMARY KEY (id); \
+             INSERT INTO u VALUES (1); INSERT INTO u VALUES (1)",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    let e = client.simple_query("SELECT * FROM u").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42P01");
+
+    // A string with its own BEGIN/COMMIT runs statement by statement: the
+    // committed block stays when a later statement fails.
+    let e = client
+        .simple_query(
+            "BEGIN; INSERT INTO t VALUES (5, 'e'); COMMIT; INSERT INTO t VALUES (1, 'dup')",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    assert_eq!(ids(&client).await, vec![1, 2, 5]);
+
+    // Inside an explicit transaction block the statements join it, and an
+    // error fails the block until ROLLBACK.
+    client.batch_execute("BEGIN").await.unwrap();
+    let e = client
+        .simple_query("INSERT INTO t VALUES (6, 'f'); INSERT INTO t VALUES (1, 'dup')")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    let e = client.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(ids(&client).await, vec![1, 2, 5]);
+
+    // Reads only: no transaction needed, each query runs as before.
+    let msgs = client
+        .simple_query("SELECT 1; SELECT count(*) FROM t")
+        .await
+        .unwrap();
+    assert_eq!(
+        msgs.iter()
+            .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
+            .count(),
+        2
+    );
+}
