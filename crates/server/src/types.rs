@@ -40,7 +40,7 @@ const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 pub fn pg_type(field: &Field) -> Type {
     if field
         .metadata()
-        .get("spindle.type")
+        .get(spindle_sql::types::TYPE_METADATA_KEY)
         .is_some_and(|t| t == "JSON")
     {
         return Type::JSONB;

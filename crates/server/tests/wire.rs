@@ -240,7 +240,7 @@ async fn prepared_statements_with_binary_values_of_every_type() {
             Type::DATE,
             Type::TIMESTAMPTZ,
             Type::NUMERIC,
-            Type::TEXT, // JSON columns are Utf8 in Arrow: text on the wire
+            Type::TEXT, // a JSON parameter is text (results are jsonb)
         ]
     );
     let date = NaiveDate::from_ymd_opt(2024, 2, 29).unwrap();
@@ -298,7 +298,7 @@ async fn prepared_statements_with_binary_values_of_every_type() {
             Type::DATE,
             Type::TIMESTAMPTZ,
             Type::NUMERIC,
-            Type::TEXT
+            Type::JSONB
         ]
     );
     let row = c.query_one(&select, &[&7i64]).await.unwrap();
@@ -313,7 +313,10 @@ async fn prepared_statements_with_binary_values_of_every_type() {
         row.get::<_, Numeric>(7),
         Numeric("-12345678901234567890.123456789".into())
     );
-    assert_eq!(row.get::<_, String>(8), r#"{"a":[1,2]}"#);
+    assert_eq!(
+        row.get::<_, serde_json::Value>(8),
+        serde_json::json!({"a": [1, 2]})
+    );
     let row = c.query_one(&select, &[&8i64]).await.unwrap();
     for i in 1..9 {
         assert!(
@@ -873,5 +876,95 @@ async fn a_multi_statement_query_is_one_implicit_transaction() {
             .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
             .count(),
         2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_columns_are_described_as_jsonb() {
+    let addr = start(None).await;
+    let client = connect(addr).await;
+    client
+        .batch_execute(
+            "CREATE TABLE docs (id INT64 NOT NULL, info JSON, note STRING(MAX)) PRIMARY KEY (id);
+             CREATE TABLE parts (id INT64 NOT NULL, part INT64 NOT NULL, spec JSON)
+               PRIMARY KEY (id, part), INTERLEAVE IN PARENT docs;
+             INSERT INTO docs VALUES (1, '{\"a\": [1, 2]}', 'x'), (2, NULL, 'y');
+             INSERT INTO parts VALUES (1, 1, '\"s\"')",
+        )
+        .await
+        .unwrap();
+    let types = |sql: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .prepare(sql)
+                .await
+                .unwrap()
+                .columns()
+                .iter()
+                .map(|c| c.type_().clone())
+                .collect::<Vec<_>>()
+        }
+    };
+    // A JSON column stays jsonb (OID 3802) through projections, filters,
+    // ordering, joins and aliases; STRING stays text.
+    assert_eq!(
+        types("SELECT id, info, note FROM docs").await,
+        vec![Type::INT8, Type::JSONB, Type::TEXT]
+    );
+    assert_eq!(types("SELECT * FROM docs").await[1], Type::JSONB);
+    assert_eq!(
+        types("SELECT info AS i FROM docs WHERE id = $1 ORDER BY id").await,
+        vec![Type::JSONB]
+    );
+    assert_eq!(
+        types("SELECT d.info, p.spec FROM docs d JOIN parts p ON p.id = d.id").await,
+        vec![Type::JSONB, Type::JSONB]
+    );
+    assert_eq!(
+        types("SELECT id, spec FROM parts").await,
+        vec![Type::INT8, Type::JSONB]
+    );
+    assert_eq!(Type::JSONB.oid(), 3802);
+
+    // Values in binary (jsonb's version byte + text) and text format.
+    let rows = client
+        .query("SELECT id, info FROM docs ORDER BY id", &[])
+        .await
+        .unwrap();
+    let info: Option<serde_json::Value> = rows[0].get(1);
+    assert_eq!(info, Some(serde_json::json!({"a": [1, 2]})));
+    let info: Option<serde_json::Value> = rows[1].get(1);
+    assert_eq!(info, None);
+    let msgs = client
+        .simple_query("SELECT info FROM docs WHERE id = 1")
+        .await
+        .unwrap();
+    let text = msgs.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    });
+    assert_eq!(text.as_deref(), Some("{\"a\":[1,2]}"));
+    // A jsonb parameter (declared by the client).
+    let insert = client
+        .prepare_typed(
+            "INSERT INTO docs (id, info) VALUES ($1, $2)",
+            &[Type::INT8, Type::JSONB],
+        )
+        .await
+        .unwrap();
+    let n = client
+        .execute(&insert, &[&3i64, &serde_json::json!({"b": true})])
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let row = client
+        .query_one("SELECT upper(note), info FROM docs WHERE id = 3", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.columns()[0].type_(), &Type::TEXT);
+    assert_eq!(
+        row.get::<_, serde_json::Value>(1),
+        serde_json::json!({"b": true})
     );
 }

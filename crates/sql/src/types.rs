@@ -43,13 +43,29 @@ pub fn arrow_type(t: &DataType) -> ArrowType {
     }
 }
 
-/// The Arrow schema of a table (hidden columns only when asked for).
+/// Field metadata that marks a `Utf8` column as Spindle's JSON (the wire
+/// server describes such columns as `jsonb`).
+pub const TYPE_METADATA_KEY: &str = "spindle.type";
+
+/// The Arrow schema of a table (hidden columns only when asked for). JSON
+/// columns carry `spindle.type=JSON` metadata ([`TYPE_METADATA_KEY`]),
+/// which DataFusion keeps through projections.
 pub fn table_schema(table: &Table, include_hidden: bool) -> SchemaRef {
     let fields: Vec<Field> = table
         .columns
         .iter()
         .filter(|c| include_hidden || !c.hidden)
-        .map(|c| Field::new(&c.name, arrow_type(&c.data_type), c.nullable))
+        .map(|c| {
+            let f = Field::new(&c.name, arrow_type(&c.data_type), c.nullable);
+            if matches!(c.data_type, DataType::Json) {
+                f.with_metadata(std::collections::HashMap::from([(
+                    TYPE_METADATA_KEY.to_string(),
+                    "JSON".to_string(),
+                )]))
+            } else {
+                f
+            }
+        })
         .collect();
     Arc::new(Schema::new(fields))
 }
