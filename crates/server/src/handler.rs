@@ -44,7 +44,9 @@ use pgwire::api::{
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::{DataRow, FieldDescription, RowDescription};
-use pgwire::messages::extendedquery::{Bind, BindComplete, Execute, Sync as PgSync};
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Execute, Parse, ParseComplete, Sync as PgSync,
+};
 use pgwire::messages::response::{
     CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
 };
@@ -77,6 +79,8 @@ pub(crate) struct Conn {
     pub session: Mutex<Session>,
     /// The `COPY … FROM STDIN` receiving data, if any.
     pub copy_in: Mutex<Option<crate::copy::Pending>>,
+    /// Names of the prepared statements (Parse), for `DEALLOCATE ALL`.
+    pub prepared: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// The handlers of one connection (pgwire asks for them once per socket).
@@ -472,6 +476,29 @@ fn implicit_transaction(session: &Session, stmts: &[Statement]) -> bool {
         })
 }
 
+/// `DEALLOCATE [PREPARE] {name | ALL}` (a simple Query; clients such as
+/// psycopg send it to drop their prepared statements): `Some(None)` for
+/// ALL, `Some(Some(name))` for one statement, `None` for anything else.
+fn parse_deallocate(sql: &str) -> Option<Option<String>> {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::keywords::Keyword;
+    use datafusion::sql::sqlparser::parser::Parser;
+    use datafusion::sql::sqlparser::tokenizer::Token;
+    let dialect = PostgreSqlDialect {};
+    let mut p = Parser::new(&dialect).try_with_sql(sql).ok()?;
+    if !p.parse_keyword(Keyword::DEALLOCATE) {
+        return None;
+    }
+    let _ = p.parse_keyword(Keyword::PREPARE);
+    let target = if p.parse_keyword(Keyword::ALL) {
+        None
+    } else {
+        Some(spindle_sql::parser::fold_ident(&p.parse_identifier().ok()?))
+    };
+    while p.consume_token(&Token::SemiColon) {}
+    (p.peek_token().token == Token::EOF).then_some(target)
+}
+
 /// The CommandComplete tag of a statement that returned rows.
 fn rows_tag(tag: &str, rows: usize) -> String {
     match tag {
@@ -637,6 +664,48 @@ impl Handler {
         Ok(false)
     }
 
+    /// Runs `DEALLOCATE` (see [`parse_deallocate`]).
+    async fn deallocate<C>(&self, client: &mut C, target: Option<String>) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut prepared = self.conn.prepared.lock().await;
+        let tag = match target {
+            None => {
+                for name in std::mem::take(&mut *prepared) {
+                    client.portal_store().rm_statement(&name);
+                }
+                "DEALLOCATE ALL"
+            }
+            Some(name) if prepared.remove(&name) => {
+                client.portal_store().rm_statement(&name);
+                "DEALLOCATE"
+            }
+            Some(name) => {
+                drop(prepared);
+                self.conn.session.lock().await.fail();
+                let e = ErrorInfo::new(
+                    "ERROR".into(),
+                    "26000".into(),
+                    format!("prepared statement \"{name}\" does not exist"),
+                );
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(e.into()))
+                    .await?;
+                return Ok(());
+            }
+        };
+        client
+            .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                tag.into(),
+            )))
+            .await?;
+        Ok(())
+    }
+
     /// Decodes a portal's parameters with the statement's types.
     fn params(portal: &Portal<Prepared>) -> PgWireResult<Vec<Value>> {
         let types = &portal.statement.statement.params;
@@ -684,7 +753,9 @@ impl SimpleQueryHandler for Handler {
         let span = info_span!("query", sql = %truncate(&query.query));
         let cancel = cancel_receiver(client).await;
         let sql = query.query;
-        let outcome = {
+        let outcome = if let Some(target) = parse_deallocate(&sql) {
+            Some(self.deallocate(client, target).await.map(|()| false))
+        } else {
             let run = Box::pin(self.run_simple(client, &sql).instrument(span));
             match cancel {
                 Some(rx) => match select(run, rx).await {
@@ -861,6 +932,31 @@ impl ExtendedQueryHandler for Handler {
         Arc::new(Handler {
             conn: self.conn.clone(),
         })
+    }
+
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // pgwire's Parse, remembering the name for DEALLOCATE ALL.
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        match StoredStatement::parse(client, &message, self.query_parser()).await? {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        if name != DEFAULT_NAME {
+            self.conn.prepared.lock().await.insert(name);
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
     }
 
     async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>

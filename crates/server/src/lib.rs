@@ -115,6 +115,7 @@ impl Server {
                         shared: self.shared.clone(),
                         session: Mutex::new(self.shared.engine.session()),
                         copy_in: Mutex::new(None),
+                        prepared: Mutex::new(Default::default()),
                     });
                     let span = info_span!("connection", id, %peer);
                     tasks.spawn(

@@ -6,11 +6,16 @@
 use std::net::SocketAddr;
 use std::process::Command;
 
+/// The installed psql; `None` (skip) when there is none, unless
+/// SPINDLE_REQUIRE_CLIENTS=1 (set by .ci/run), which makes that a failure.
 fn psql_binary() -> Option<String> {
     for p in ["/usr/bin/psql", "/usr/lib/postgresql/15/bin/psql"] {
         if std::path::Path::new(p).exists() {
             return Some(p.to_string());
         }
+    }
+    if std::env::var("SPINDLE_REQUIRE_CLIENTS").is_ok_and(|v| v == "1") {
+        panic!("psql is not installed, and SPINDLE_REQUIRE_CLIENTS=1 requires it");
     }
     None
 }

@@ -1,0 +1,153 @@
+//! Real PostgreSQL drivers against a server started by the test on a free
+//! port: psycopg 3 (Python) and node-postgres (`pg`) run the scenarios in
+//! `tests/clients/` — interleaved tables, parameterized inserts and
+//! selects, a committed and a rolled-back transaction, and errors checked
+//! by SQLSTATE (23505, …).
+//!
+//! `.ci/run` installs the clients from their registries and sets
+//! `SPINDLE_REQUIRE_CLIENTS=1`: then a missing client fails the test.
+//! Without it a missing client is skipped with a notice.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one client script may run.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Starts a server on a new in-memory database after running `setup`.
+fn start(setup: &'static str) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let engine = spindle_sql::Engine::open(None).unwrap();
+            engine.session().execute(setup, &[]).await.unwrap();
+            let server = spindle_server::Server::bind(
+                engine,
+                "127.0.0.1:0".parse().unwrap(),
+                spindle_server::Config::default(),
+            )
+            .await
+            .unwrap();
+            tx.send(server.local_addr().unwrap()).unwrap();
+            server.serve(std::future::pending()).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// Whether `cmd` runs and exits 0 (quietly).
+fn works(mut cmd: Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Reports a missing client: a failure when SPINDLE_REQUIRE_CLIENTS=1,
+/// else a notice. Returns normally only when skipping.
+fn missing(what: &str, install: &str) {
+    if std::env::var("SPINDLE_REQUIRE_CLIENTS").is_ok_and(|v| v == "1") {
+        panic!("{what} is not installed, and SPINDLE_REQUIRE_CLIENTS=1 requires it ({install})");
+    }
+    println!("NOTICE: {what} is not installed; skipping (install: {install})");
+}
+
+/// Runs `cmd` to completion (killed after [`SCRIPT_TIMEOUT`]); returns
+/// whether it succeeded, its stdout and its stderr.
+fn run(mut cmd: Command) -> (bool, String, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the client");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > SCRIPT_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    match status {
+        Some(s) => (s.success(), out, err),
+        None => (
+            false,
+            out,
+            format!("{err}\n(killed after {SCRIPT_TIMEOUT:?})"),
+        ),
+    }
+}
+
+#[test]
+fn psycopg_scenario() {
+    let mut probe = Command::new("python3");
+    probe.args(["-c", "import psycopg"]);
+    if !works(probe) {
+        missing(
+            "python3 with psycopg 3",
+            "python3 -m pip install 'psycopg[binary]'",
+        );
+        return;
+    }
+    let addr = start("");
+    let mut cmd = Command::new("python3");
+    cmd.arg(clients_dir().join("psycopg_scenario.py"))
+        .arg(addr.port().to_string());
+    let (ok, out, err) = run(cmd);
+    println!("{out}");
+    assert!(ok, "the psycopg scenario failed:\n{out}\n{err}");
+    assert!(out.contains("psycopg scenario: ok"), "{out}\n{err}");
+}
+
+#[test]
+fn node_pg_scenario() {
+    let mut probe = Command::new("node");
+    probe
+        .args(["-e", "require.resolve('pg')"])
+        .current_dir(clients_dir());
+    if !works(probe) {
+        missing(
+            "node with the pg package",
+            "cd crates/server/tests/clients && npm install",
+        );
+        return;
+    }
+    let addr = start("");
+    let mut cmd = Command::new("node");
+    cmd.arg("node_pg_scenario.js")
+        .arg(addr.port().to_string())
+        .current_dir(clients_dir());
+    let (ok, out, err) = run(cmd);
+    println!("{out}");
+    assert!(ok, "the node pg scenario failed:\n{out}\n{err}");
+    assert!(out.contains("node pg scenario: ok"), "{out}\n{err}");
+}
