@@ -88,7 +88,20 @@ impl Inner {
         let engine = match &self.path {
             Some(p) => {
                 std::fs::create_dir_all(p).map_err(|e| SqlError::harness(e.to_string()))?;
-                spindle_sql::Engine::open(Some(p))
+                // After a restart the old database closes when its last
+                // reference goes: tasks DataFusion spawned for the last
+                // query, or a garbage-collection pass, may still hold one
+                // for a moment (the store's file lock says so).
+                let mut attempt = 0;
+                loop {
+                    match spindle_sql::Engine::open(Some(p)) {
+                        Err(e) if attempt < 100 && e.to_string().contains("acquire lock") => {
+                            attempt += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(50));
+                        }
+                        r => break r,
+                    }
+                }
             }
             None => spindle_sql::Engine::open(None),
         }
