@@ -794,8 +794,9 @@ struct CascadePlan {
     /// Some table below needs per-key handling (NO ACTION or INTERLEAVE IN),
     /// or a deleted table has indexes whose entries must go row by row.
     selective: bool,
-    /// Index plans of the deleted tables that have indexes, by table id.
-    indexes: HashMap<u32, (Table, Vec<IndexPlan>)>,
+    /// The deleted tables that have indexes, by table id: the table, its
+    /// ancestry (to decode its row keys) and its index plans.
+    indexes: HashMap<u32, (Table, Vec<Table>, Vec<IndexPlan>)>,
 }
 
 impl CascadePlan {
@@ -821,7 +822,8 @@ impl CascadePlan {
             };
             let plans = IndexPlan::for_table(catalog, &t.name)?;
             if !plans.is_empty() {
-                indexes.insert(*id, (t.clone(), plans));
+                let chain = catalog.ancestry(&t.name)?.into_iter().cloned().collect();
+                indexes.insert(*id, (t.clone(), chain, plans));
             }
         }
         let selective = selective || !indexes.is_empty();
@@ -850,8 +852,8 @@ impl CascadePlan {
             let (k, v) = item?;
             let tid = catalog.key_owner(&k).map_err(key_error)?;
             if self.deleted.contains(&tid) {
-                if let Some((t, _)) = self.indexes.get(&tid) {
-                    let chain = catalog.ancestry(&t.name)?;
+                if let Some((t, chain, _)) = self.indexes.get(&tid) {
+                    let chain: Vec<&Table> = chain.iter().collect();
                     let kv = Catalog::decode_key(&chain, &k)?.ok_or_else(|| {
                         Error::Internal(format!("row key of {} does not decode", t.name))
                     })?;
@@ -886,7 +888,7 @@ impl CascadePlan {
         }
         for (k, row) in doomed {
             if let Some((tid, row)) = row {
-                if let Some((_, plans)) = self.indexes.get(&tid) {
+                if let Some((_, _, plans)) = self.indexes.get(&tid) {
                     maintain(txn, plans, Some(&row), None)?;
                 }
             }

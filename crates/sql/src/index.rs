@@ -220,7 +220,9 @@ pub(crate) fn backfill(txn: &mut Transaction, catalog: &Catalog, index: &Index) 
     let mut prefix = Vec::new();
     spindle_keys::key::encode_table_prefix(&mut prefix, chain[0].id);
     let end = prefix_end(&prefix);
-    let mut entries: Vec<(Vec<u8>, Vec<u8>, Vec<Value>)> = Vec::new();
+    // (entry key, entry value, the row, the UNIQUE range start for the row)
+    #[allow(clippy::type_complexity)]
+    let mut entries: Vec<(Vec<u8>, Vec<u8>, Vec<Value>, Vec<u8>)> = Vec::new();
     for item in txn.scan(&prefix, end.as_deref()) {
         let (key, value) = item?;
         let Some(key_vals) = Catalog::decode_key(&chain, &key)? else {
@@ -228,7 +230,12 @@ pub(crate) fn backfill(txn: &mut Transaction, catalog: &Catalog, index: &Index) 
         };
         let row = crate::dml::stored_row(table, &key_vals, &value)?;
         if let Some((k, v)) = plan.entry(&row)? {
-            entries.push((k, v, row));
+            let unique = if index.unique {
+                plan.unique_range(&row)?.0
+            } else {
+                Vec::new()
+            };
+            entries.push((k, v, row, unique));
         }
     }
     if index.unique {
@@ -236,13 +243,13 @@ pub(crate) fn backfill(txn: &mut Transaction, catalog: &Catalog, index: &Index) 
         // neighbours once sorted.
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         for w in entries.windows(2) {
-            if plan.unique_range(&w[0].2)? == plan.unique_range(&w[1].2)? {
+            if w[0].3 == w[1].3 {
                 return Err(plan.unique_error(&w[1].2));
             }
         }
     }
     let n = entries.len() as u64;
-    for (k, v, _) in entries {
+    for (k, v, _, _) in entries {
         txn.put(k, v);
     }
     Ok(n)

@@ -1287,10 +1287,10 @@ pub fn register_catalog_functions(state: &mut SessionState, catalog: Arc<Catalog
             D::Utf8,
             Arc::new(move |v| {
                 text(int_arg(v, 0).map(|o| {
+                    if let Some(ix) = index_by_oid(&catalog, o) {
+                        return ix.name.clone();
+                    }
                     match by_oid(o) {
-                        _ if index_by_oid(&catalog, o).is_some() => index_by_oid(&catalog, o)
-                            .map(|ix| ix.name.clone())
-                            .unwrap_or_default(),
                         Some((t, 1)) => format!("{}_pkey", t.name),
                         Some((t, _)) => t.name.clone(),
                         None => o.to_string(),
