@@ -58,6 +58,7 @@ fn setup(dir: &std::path::Path) -> Setup {
             data_type: DataType::Int64,
             nullable: false,
             default: None,
+            allow_commit_timestamp: false,
         }],
         primary_key: vec![KeyColumn {
             name: "id".into(),

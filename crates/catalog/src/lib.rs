@@ -44,6 +44,17 @@
 //!   interleaved 20 [Singers id] [SingerId] 20 [index id] [indexed cols after SingerId] [rest]
 //! ```
 //!
+//! ## Commit-timestamp columns
+//!
+//! A TIMESTAMP column with `allow_commit_timestamp` may be written with
+//! `PENDING_COMMIT_TIMESTAMP()`. Until commit, the write (row or index
+//! entry, key or value) holds the placeholder
+//! `spindle_keys::value::PENDING_COMMIT_TIMESTAMP`; at commit the
+//! transaction layer asks [`Catalog::resolve_pending_commit_timestamp`] to
+//! put the chosen commit timestamp in its place. Such a column refuses
+//! timestamps in the future, so the placeholder is never stored and a key
+//! holding a commit timestamp never collides with an existing row.
+//!
 //! ```text
 //!   Singers (id 1)                         key: SingerId
 //!    └─ Albums (id 2)  IN PARENT, CASCADE   key: SingerId, AlbumId
@@ -121,6 +132,11 @@ pub struct Column {
     /// Hidden columns (the generated key of a key-less table) are not part
     /// of `SELECT *`.
     pub hidden: bool,
+    /// `OPTIONS (allow_commit_timestamp = true)` (PG: the type
+    /// `spanner.commit_timestamp`): a TIMESTAMP column that may be written
+    /// with `PENDING_COMMIT_TIMESTAMP()` and refuses future timestamps.
+    #[serde(default)]
+    pub allow_commit_timestamp: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -176,6 +192,7 @@ pub struct ColumnDef {
     pub data_type: DataType,
     pub nullable: bool,
     pub default: Option<String>,
+    pub allow_commit_timestamp: bool,
 }
 
 /// A CREATE TABLE, already parsed (names folded by the SQL layer).
@@ -375,6 +392,7 @@ impl Catalog {
         let mut columns: Vec<Column> = Vec::new();
         let mut next_column_id = 1;
         for c in &def.columns {
+            check_commit_timestamp_option(&c.name, &c.data_type, c.allow_commit_timestamp)?;
             if columns.iter().any(|x| x.name == c.name) {
                 return Err(Error::InvalidDefinition(format!(
                     "column \"{}\" specified more than once",
@@ -393,6 +411,7 @@ impl Catalog {
                 nullable: c.nullable,
                 default: c.default.clone(),
                 hidden: false,
+                allow_commit_timestamp: c.allow_commit_timestamp,
             });
             next_column_id += 1;
         }
@@ -411,6 +430,7 @@ impl Catalog {
                 nullable: false,
                 default: None,
                 hidden: true,
+                allow_commit_timestamp: false,
             });
             next_column_id += 1;
             primary_key.push(KeyColumn {
@@ -724,6 +744,7 @@ impl Catalog {
         if t.column(&def.name).is_some() || def.name == HIDDEN_KEY {
             return Err(Error::ColumnExists(def.name, t.name.clone()));
         }
+        check_commit_timestamp_option(&def.name, &def.data_type, def.allow_commit_timestamp)?;
         let id = t.next_column_id;
         t.next_column_id += 1;
         t.columns.push(Column {
@@ -733,8 +754,96 @@ impl Catalog {
             nullable: def.nullable,
             default: def.default,
             hidden: false,
+            allow_commit_timestamp: def.allow_commit_timestamp,
         });
         Ok(&t.columns[t.columns.len() - 1])
+    }
+
+    /// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp =
+    /// true | null)`. Existing values are kept (they are all in the past or
+    /// were checked when written).
+    pub fn set_allow_commit_timestamp(
+        &mut self,
+        table: &str,
+        column: &str,
+        allow: bool,
+    ) -> Result<()> {
+        let t = self
+            .tables
+            .get_mut(&fold(table))
+            .ok_or_else(|| Error::NoSuchTable(table.to_string()))?;
+        let table_name = t.name.clone();
+        let c = t
+            .columns
+            .iter_mut()
+            .find(|c| c.name == column && !c.hidden)
+            .ok_or_else(|| Error::NoSuchColumn(column.to_string(), table_name))?;
+        check_commit_timestamp_option(&c.name, &c.data_type, allow)?;
+        c.allow_commit_timestamp = allow;
+        Ok(())
+    }
+
+    /// Replaces the [`PENDING_COMMIT_TIMESTAMP`] placeholder with `ts` in
+    /// the commit-timestamp columns of a stored key and its value (a row of
+    /// a table or an entry of an index): the transaction layer calls this at
+    /// commit, once the commit timestamp is chosen, for every write the SQL
+    /// layer marked as pending. Other columns are left alone, and the key
+    /// is re-encoded only if one of its columns changed.
+    ///
+    /// [`PENDING_COMMIT_TIMESTAMP`]: spindle_keys::value::PENDING_COMMIT_TIMESTAMP
+    pub fn resolve_pending_commit_timestamp(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        ts: i64,
+    ) -> std::result::Result<(Vec<u8>, Option<Vec<u8>>), KeyError> {
+        use spindle_keys::value::PENDING_COMMIT_TIMESTAMP as PENDING;
+        let owner = self.key_owner(key)?;
+        let chain: Vec<Table> = match self.table_by_id(owner) {
+            Some(t) => self.ancestry(&t.name)?.into_iter().cloned().collect(),
+            None => {
+                let ix = self.index_by_id(owner).ok_or_else(|| {
+                    Error::InvalidDefinition(format!("unknown key owner {owner}"))
+                })?;
+                self.index_chain(ix)?
+            }
+        };
+        let refs: Vec<&Table> = chain.iter().collect();
+        let last = chain
+            .last()
+            .ok_or_else(|| Error::InvalidDefinition("empty chain".into()))?;
+        let is_commit_ts = |name: &str| last.column(name).is_some_and(|c| c.allow_commit_timestamp);
+        let mut new_key = key.to_vec();
+        if let Some(mut vals) = Self::decode_key(&refs, key)? {
+            let mut changed = false;
+            for (k, v) in last.primary_key.iter().zip(vals.iter_mut()) {
+                if *v == Value::Timestamp(PENDING) && is_commit_ts(&k.name) {
+                    *v = Value::Timestamp(ts);
+                    changed = true;
+                }
+            }
+            if changed {
+                new_key = self.encode_key_prefix(&refs, &vals, true)?;
+            }
+        }
+        let new_value = match value {
+            None => None,
+            Some(v) => {
+                let mut cols = spindle_keys::row::decode_row(v)?;
+                for (id, val) in cols.iter_mut() {
+                    let commit_col = last
+                        .columns
+                        .iter()
+                        .any(|c| c.id == *id && c.allow_commit_timestamp);
+                    if commit_col && *val == Value::Timestamp(PENDING) {
+                        *val = Value::Timestamp(ts);
+                    }
+                }
+                let refs: Vec<(u32, &Value)> = cols.iter().map(|(id, v)| (*id, v)).collect();
+                Some(spindle_keys::row::encode_row(&refs))
+            }
+        };
+        Ok((new_key, new_value))
     }
 
     pub fn drop_column(&mut self, table: &str, column: &str) -> Result<Column> {
@@ -777,6 +886,16 @@ impl Catalog {
     }
 }
 
+/// `allow_commit_timestamp` is an option of TIMESTAMP columns only.
+fn check_commit_timestamp_option(name: &str, ty: &DataType, allow: bool) -> Result<()> {
+    if allow && *ty != DataType::Timestamp {
+        return Err(Error::InvalidDefinition(format!(
+            "allow_commit_timestamp is only allowed on TIMESTAMP columns, not on \"{name}\" ({ty})"
+        )));
+    }
+    Ok(())
+}
+
 fn primary_key_dup(keys: &[KeyColumn], i: usize) -> bool {
     keys.get(i)
         .is_some_and(|k| keys[..i].iter().any(|o| o.name == k.name))
@@ -801,6 +920,7 @@ mod tests {
             data_type: ty,
             nullable: false,
             default: None,
+            allow_commit_timestamp: false,
         }
     }
     fn key(names: &[&str]) -> Vec<KeyColumn> {
@@ -862,6 +982,81 @@ mod tests {
             .encode_key_prefix(&chain, &[Value::Int64(1)], true)
             .unwrap();
         assert!(child.starts_with(&p) && !parent.starts_with(&p));
+    }
+
+    #[test]
+    fn pending_commit_timestamps_resolve_only_in_commit_timestamp_columns() {
+        use spindle_keys::value::PENDING_COMMIT_TIMESTAMP as P;
+        let mut c = Catalog::new();
+        let mut at = col("at", DataType::Timestamp);
+        at.allow_commit_timestamp = true;
+        let mut updated = col("updated", DataType::Timestamp);
+        updated.allow_commit_timestamp = true;
+        c.create_table(TableDef {
+            name: "log".into(),
+            columns: vec![
+                at,
+                col("seq", DataType::Int64),
+                updated,
+                col("plain", DataType::Timestamp),
+            ],
+            primary_key: key(&["at", "seq"]),
+            interleave: None,
+        })
+        .unwrap();
+        c.create_index(IndexDef {
+            name: "by_updated".into(),
+            table: "log".into(),
+            columns: key(&["updated"]),
+            storing: vec!["plain".into()],
+            unique: false,
+            null_filtered: false,
+            interleave_in: None,
+        })
+        .unwrap();
+        let t = c.table("log").unwrap().clone();
+        let key = c
+            .encode_key("log", &[Value::Timestamp(P), Value::Int64(1)])
+            .unwrap();
+        let value = spindle_keys::row::encode_row(&[
+            (t.columns[2].id, &Value::Timestamp(P)),
+            (t.columns[3].id, &Value::Timestamp(P)),
+        ]);
+        let (k, v) = c
+            .resolve_pending_commit_timestamp(&key, Some(&value), 42)
+            .unwrap();
+        assert_eq!(
+            k,
+            c.encode_key("log", &[Value::Timestamp(42), Value::Int64(1)])
+                .unwrap()
+        );
+        // `plain` lacks the option: its value is left alone.
+        assert_eq!(
+            spindle_keys::row::decode_row(&v.unwrap()).unwrap(),
+            vec![
+                (t.columns[2].id, Value::Timestamp(42)),
+                (t.columns[3].id, Value::Timestamp(P)),
+            ]
+        );
+        // An index entry: its key (updated, at, seq) resolves both columns.
+        let ix = c.index("by_updated").unwrap().clone();
+        let chain = c.index_chain(&ix).unwrap();
+        let refs: Vec<&Table> = chain.iter().collect();
+        let vals = [Value::Timestamp(P), Value::Timestamp(P), Value::Int64(1)];
+        let entry = c.encode_key_prefix(&refs, &vals, true).unwrap();
+        let (k, v) = c.resolve_pending_commit_timestamp(&entry, None, 7).unwrap();
+        assert_eq!(v, None);
+        assert_eq!(
+            Catalog::decode_key(&refs, &k).unwrap().unwrap(),
+            vec![Value::Timestamp(7), Value::Timestamp(7), Value::Int64(1)]
+        );
+        // The option needs TIMESTAMP.
+        let mut bad = col("n", DataType::Int64);
+        bad.allow_commit_timestamp = true;
+        assert!(c.add_column("log", bad).is_err());
+        assert!(c.set_allow_commit_timestamp("log", "seq", true).is_err());
+        c.set_allow_commit_timestamp("log", "plain", true).unwrap();
+        assert!(c.table("log").unwrap().columns[3].allow_commit_timestamp);
     }
 
     #[test]

@@ -30,6 +30,13 @@ pub const NUMERIC_PRECISION: u32 = 38;
 /// Largest magnitude a NUMERIC may hold, scaled: 10^38 - 1.
 pub const NUMERIC_MAX_SCALED: i128 = 99_999_999_999_999_999_999_999_999_999_999_999_999;
 
+/// The placeholder a write holds for its transaction's commit timestamp
+/// (`PENDING_COMMIT_TIMESTAMP()`) until the commit chooses it. It is the
+/// largest TIMESTAMP (year 294247): commit-timestamp columns refuse
+/// timestamps in the future, so no stored row ever holds it, and other
+/// columns refuse it (the SQL layer checks both).
+pub const PENDING_COMMIT_TIMESTAMP: i64 = i64::MAX;
+
 /// The column types Spindle stores.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DataType {

@@ -278,6 +278,13 @@ impl Session {
     pub fn in_transaction(&self) -> bool {
         self.inner.in_transaction()
     }
+
+    /// Commit timestamp (µs since the Unix epoch) of the last read-write
+    /// transaction this session committed — the value its
+    /// `PENDING_COMMIT_TIMESTAMP()` writes received.
+    pub fn last_commit_timestamp(&self) -> Option<i64> {
+        self.inner.last_commit_timestamp()
+    }
 }
 
 /// Query results as Arrow record batches.

@@ -252,3 +252,45 @@ pub(crate) fn drop_column(
     ctx.lock()?.set_catalog(catalog);
     done("ALTER TABLE")
 }
+
+/// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp = …)`.
+/// Turning the option on checks that no row holds a timestamp in the
+/// future in that column (the invariant commit timestamps rely on).
+pub(crate) fn set_column_options(
+    ctx: &StatementContext,
+    table: &str,
+    column: &str,
+    allow: bool,
+) -> Result<Output> {
+    let mut catalog: Catalog = (*ctx.catalog()?).clone();
+    catalog.set_allow_commit_timestamp(table, column, allow)?;
+    if allow {
+        let t = catalog.get_table(table)?.clone();
+        let col = t
+            .column_index(column)
+            .ok_or_else(|| spindle_catalog::Error::NoSuchColumn(column.into(), t.name.clone()))?;
+        let chain = catalog.ancestry(table)?;
+        let mut prefix = Vec::new();
+        spindle_keys::key::encode_table_prefix(&mut prefix, chain[0].id);
+        let end = spindle_keys::key::prefix_end(&prefix);
+        let now = crate::session::now_micros() as i64;
+        let txn = ctx.lock()?;
+        crate::blocking(|| -> Result<()> {
+            for item in txn.scan(&prefix, end.as_deref()) {
+                let (key, value) = item?;
+                let Some(key_vals) = Catalog::decode_key(&chain, &key)? else {
+                    continue;
+                };
+                let row = crate::dml::stored_row(&t, &key_vals, &value)?;
+                if let Value::Timestamp(ts) = row[col] {
+                    if ts > now {
+                        return Err(crate::dml::future_commit_timestamp(&t.columns[col].name));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+    }
+    ctx.lock()?.set_catalog(catalog);
+    done("ALTER TABLE")
+}

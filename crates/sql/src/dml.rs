@@ -29,6 +29,7 @@ use datafusion::catalog::{MemTable, MemorySchemaProvider, SchemaProvider};
 use datafusion::sql::sqlparser::ast;
 use spindle_catalog::{Catalog, InterleaveKind, OnDelete, Table};
 use spindle_keys::key::prefix_end;
+use spindle_keys::value::PENDING_COMMIT_TIMESTAMP;
 use spindle_keys::{row, Value};
 
 use crate::ddl::eval_default;
@@ -97,6 +98,25 @@ fn literal_value(e: &ast::Expr) -> Option<Value> {
             _ => None,
         },
         ast::Expr::Nested(inner) => literal_value(inner),
+        // The placeholder PENDING_COMMIT_TIMESTAMP() is rewritten to.
+        ast::Expr::Function(f)
+            if f.name
+                .to_string()
+                .eq_ignore_ascii_case(PENDING_EXPR_FUNCTION) =>
+        {
+            let ast::FunctionArguments::List(l) = &f.args else {
+                return None;
+            };
+            match l.args.as_slice() {
+                [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x))] => {
+                    match literal_value(x)? {
+                        Value::Int64(i) => Some(Value::Timestamp(i)),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -385,6 +405,7 @@ fn put_row(
             )));
         }
     }
+    let pending = check_commit_timestamps(table, full)?;
     let cols: Vec<(u32, &Value)> = table
         .columns
         .iter()
@@ -392,9 +413,92 @@ fn put_row(
         .filter(|(c, _)| !table.is_key_column(&c.name))
         .map(|(c, v)| (c.id, v))
         .collect();
-    crate::blocking(|| maintain(txn, indexes, old, Some(full)))?;
-    txn.put(key, row::encode_row(&cols));
+    crate::blocking(|| maintain(txn, indexes, old, Some(full), pending))?;
+    if pending {
+        txn.put_pending(key, row::encode_row(&cols));
+    } else {
+        txn.put(key, row::encode_row(&cols));
+    }
     Ok(())
+}
+
+/// Checks a row's timestamps against the commit-timestamp rules and says
+/// whether it holds the placeholder of `PENDING_COMMIT_TIMESTAMP()`:
+/// only columns with `allow_commit_timestamp` may hold it, and those
+/// columns refuse timestamps in the future (so a commit timestamp is
+/// always later than every value already stored).
+fn check_commit_timestamps(table: &Table, full: &[Value]) -> Result<bool> {
+    let mut pending = false;
+    let mut now = None;
+    for (col, v) in table.columns.iter().zip(full) {
+        let Value::Timestamp(t) = v else { continue };
+        if *t == PENDING_COMMIT_TIMESTAMP {
+            if !col.allow_commit_timestamp {
+                return Err(Error::InvalidCommitTimestamp(format!(
+                    "PENDING_COMMIT_TIMESTAMP() can only be written to a column with \
+                     allow_commit_timestamp = true; column \"{}\" of \"{}\" is not one",
+                    col.name, table.name
+                )));
+            }
+            pending = true;
+        } else if col.allow_commit_timestamp
+            && *t > *now.get_or_insert_with(|| crate::session::now_micros() as i64)
+        {
+            return Err(future_commit_timestamp(&col.name));
+        }
+    }
+    Ok(pending)
+}
+
+pub(crate) fn future_commit_timestamp(column: &str) -> Error {
+    Error::InvalidCommitTimestamp(format!(
+        "cannot write a timestamp in the future to commit-timestamp column \"{column}\"; \
+         use PENDING_COMMIT_TIMESTAMP() or a time in the past"
+    ))
+}
+
+/// The spelling `PENDING_COMMIT_TIMESTAMP()` is rewritten to in INSERT and
+/// UPDATE statements: an expression DataFusion evaluates to the
+/// placeholder, and that [`literal_value`] recognizes without planning.
+const PENDING_EXPR_FUNCTION: &str = "to_timestamp_micros";
+
+/// Rewrites `PENDING_COMMIT_TIMESTAMP()` (GoogleSQL) and
+/// `SPANNER.PENDING_COMMIT_TIMESTAMP()` (PostgreSQL spelling) in an INSERT
+/// or UPDATE into the placeholder expression. Elsewhere the function does
+/// not exist, as in Spanner.
+pub(crate) fn rewrite_pending_commit_timestamp(stmt: &mut ast::Statement) {
+    let _ = ast::visit_expressions_mut(stmt, |e| {
+        if let ast::Expr::Function(f) = e {
+            let parts: Vec<String> = f
+                .name
+                .0
+                .iter()
+                .filter_map(|p| p.as_ident())
+                .map(|i| i.value.to_ascii_lowercase())
+                .collect();
+            let named = match parts.as_slice() {
+                [n] => n == "pending_commit_timestamp",
+                [s, n] => s == "spanner" && n == "pending_commit_timestamp",
+                _ => false,
+            };
+            let no_args = match &f.args {
+                ast::FunctionArguments::None => true,
+                ast::FunctionArguments::List(l) => l.args.is_empty(),
+                ast::FunctionArguments::Subquery(_) => false,
+            };
+            if named && no_args {
+                let placeholder = format!("{PENDING_EXPR_FUNCTION}({PENDING_COMMIT_TIMESTAMP})");
+                let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+                if let Ok(x) = datafusion::sql::sqlparser::parser::Parser::new(&dialect)
+                    .try_with_sql(&placeholder)
+                    .and_then(|mut p| p.parse_expr())
+                {
+                    *e = x;
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
 }
 
 /// Decodes a stored row into column order.
@@ -889,7 +993,7 @@ impl CascadePlan {
         for (k, row) in doomed {
             if let Some((tid, row)) = row {
                 if let Some((_, _, plans)) = self.indexes.get(&tid) {
-                    maintain(txn, plans, Some(&row), None)?;
+                    maintain(txn, plans, Some(&row), None, false)?;
                 }
             }
             txn.delete(k);

@@ -3,7 +3,7 @@
 //!
 //! Classes: retryable (40001), the caller's invalid input (22xxx data,
 //! 23xxx constraint, 42xxx syntax/name, 54000 limits, 25xxx transaction
-//! state, 0A000 unsupported) and internal (XX000).
+//! state, 55000 object state, 0A000 unsupported) and internal (XX000).
 
 use datafusion::error::DataFusionError;
 
@@ -63,6 +63,10 @@ pub enum Error {
     /// A statement the client canceled (CancelRequest, CopyFail).
     #[error("{0}")]
     QueryCanceled(String),
+    /// A commit-timestamp column written with a future timestamp, or
+    /// `PENDING_COMMIT_TIMESTAMP()` written where it is not allowed.
+    #[error("{0}")]
+    InvalidCommitTimestamp(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -116,6 +120,7 @@ impl Error {
             },
             Error::Txn(t) if t.is_retryable() => "40001",
             Error::Txn(spindle_txn::Error::StaleRead(_)) => "72000",
+            Error::Txn(spindle_txn::Error::PendingCommitTimestamp) => "55000",
             Error::Txn(_) => "XX000",
             Error::DataFusion(e) => datafusion_sqlstate(e),
             Error::UniqueViolation(_) => "23505",
@@ -138,6 +143,7 @@ impl Error {
             Error::BadCopyFormat(_) => "22P04",
             Error::InvalidEncoding(_) => "22021",
             Error::QueryCanceled(_) => "57014",
+            Error::InvalidCommitTimestamp(_) => "22008",
             Error::Internal(_) => "XX000",
         }
     }

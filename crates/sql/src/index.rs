@@ -169,11 +169,14 @@ impl IndexPlan {
 /// Brings every index of `table` from the row's `old` values to its `new`
 /// ones (each in the table's column order; `None` for an insert or a
 /// delete).
+/// `pending` says the new row holds the commit-timestamp placeholder, so
+/// its entries do too (see `Transaction::put_pending`).
 pub(crate) fn maintain(
     txn: &mut Transaction,
     plans: &[IndexPlan],
     old: Option<&[Value]>,
     new: Option<&[Value]>,
+    pending: bool,
 ) -> Result<()> {
     for plan in plans {
         let old_entry = match old {
@@ -204,7 +207,11 @@ pub(crate) fn maintain(
                     }
                 }
             }
-            txn.put(k, v);
+            if pending {
+                txn.put_pending(k, v);
+            } else {
+                txn.put(k, v);
+            }
         }
     }
     Ok(())

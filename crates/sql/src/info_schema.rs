@@ -18,6 +18,11 @@
 //! index_type, column_name, ordinal_position (NULL for a STORING column),
 //! column_ordering ('ASC' | 'DESC'; NULL for a STORING column),
 //! is_nullable, spanner_type.
+//!
+//! `column_options` (Spanner's layout): table_catalog, table_schema,
+//! table_name, column_name, option_name ('allow_commit_timestamp'),
+//! option_type ('BOOL'), option_value ('TRUE'): one row per column with
+//! the option set.
 
 use std::sync::Arc;
 
@@ -28,7 +33,13 @@ use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
 use datafusion::error::Result;
 use spindle_catalog::{Catalog, InterleaveKind, OnDelete};
 
-const VIEWS: [&str; 4] = ["tables", "columns", "indexes", "index_columns"];
+const VIEWS: [&str; 5] = [
+    "tables",
+    "columns",
+    "indexes",
+    "index_columns",
+    "column_options",
+];
 
 #[derive(Debug)]
 pub struct InfoSchema {
@@ -301,6 +312,37 @@ pub fn pg_type_name(t: &spindle_keys::DataType) -> &'static str {
     }
 }
 
+impl InfoSchema {
+    fn column_options(&self) -> Result<RecordBatch> {
+        let mut rows = Vec::new();
+        for t in self.catalog.tables() {
+            for c in t.columns.iter().filter(|c| c.allow_commit_timestamp) {
+                rows.push([
+                    Some(String::new()),
+                    Some("public".to_string()),
+                    Some(t.name.clone()),
+                    Some(c.name.clone()),
+                    Some("allow_commit_timestamp".to_string()),
+                    Some("BOOL".to_string()),
+                    Some("TRUE".to_string()),
+                ]);
+            }
+        }
+        string_batch(
+            &[
+                "table_catalog",
+                "table_schema",
+                "table_name",
+                "column_name",
+                "option_name",
+                "option_type",
+                "option_value",
+            ],
+            &rows,
+        )
+    }
+}
+
 fn string_batch<const N: usize>(
     names: &[&str; N],
     rows: &[[Option<String>; N]],
@@ -333,6 +375,7 @@ impl SchemaProvider for InfoSchema {
             "columns" => self.columns()?,
             "indexes" => self.indexes()?,
             "index_columns" => self.index_columns()?,
+            "column_options" => self.column_options()?,
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(MemTable::try_new(

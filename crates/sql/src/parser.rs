@@ -7,10 +7,13 @@
 //!     [PRIMARY KEY ( [col [ASC|DESC]], ... )]                       -- GoogleSQL
 //!     [[,] INTERLEAVE IN PARENT parent [ON DELETE {CASCADE | NO ACTION}]]
 //!     [[,] INTERLEAVE IN parent]
-//! column := name type [NOT NULL | NULL | DEFAULT expr | PRIMARY KEY]...
+//! column := name type [NOT NULL | NULL | DEFAULT expr | PRIMARY KEY | OPTIONS (...)]...
 //! type   := INT64 | STRING(n|MAX) | BYTES(n|MAX) | bigint | varchar(n) | ...
 //! ALTER TABLE name ADD [COLUMN] [IF NOT EXISTS] column
 //! ALTER TABLE name DROP [COLUMN] [IF EXISTS] name
+//! ALTER TABLE name ALTER [COLUMN] name SET OPTIONS (allow_commit_timestamp = true|null)
+//! column option := OPTIONS (allow_commit_timestamp = true|false|null)  -- GoogleSQL
+//! type spanner.commit_timestamp = TIMESTAMP with that option          -- PG
 //! DROP TABLE [IF EXISTS] name
 //! CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] [name] ON table [USING btree]
 //!     ( col [ASC|DESC], ... )
@@ -69,6 +72,12 @@ pub enum Statement {
         column: String,
         if_exists: bool,
     },
+    /// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp = …)`.
+    SetColumnOptions {
+        table: String,
+        column: String,
+        allow_commit_timestamp: bool,
+    },
     Begin {
         read_only: bool,
     },
@@ -99,7 +108,9 @@ impl Statement {
             Statement::DropTable { .. } => "DROP TABLE",
             Statement::CreateIndex { .. } => "CREATE INDEX",
             Statement::DropIndex { .. } => "DROP INDEX",
-            Statement::AddColumn { .. } | Statement::DropColumn { .. } => "ALTER TABLE",
+            Statement::AddColumn { .. }
+            | Statement::DropColumn { .. }
+            | Statement::SetColumnOptions { .. } => "ALTER TABLE",
             Statement::Begin { .. } => "BEGIN",
             Statement::Commit => "COMMIT",
             Statement::Rollback => "ROLLBACK",
@@ -604,7 +615,20 @@ fn parse_key_list(p: &mut Parser) -> Result<Vec<KeyColumn>> {
 /// Parses `name type [options]`; returns whether it declared PRIMARY KEY.
 fn parse_column(p: &mut Parser) -> Result<(ColumnDef, bool)> {
     let name = fold_ident(&p.parse_identifier().map_err(syntax)?);
-    let data_type = parse_type(p)?;
+    // Spanner's PostgreSQL spelling of a commit-timestamp column.
+    let mut allow_commit_timestamp = false;
+    let data_type = if is_word(p, 0, "spanner")
+        && p.peek_nth_token(1).token == Token::Period
+        && is_word(p, 2, "commit_timestamp")
+    {
+        for _ in 0..3 {
+            p.next_token();
+        }
+        allow_commit_timestamp = true;
+        DataType::Timestamp
+    } else {
+        parse_type(p)?
+    };
     let mut nullable = true;
     let mut default = None;
     let mut pk = false;
@@ -619,10 +643,14 @@ fn parse_column(p: &mut Parser) -> Result<(ColumnDef, bool)> {
         } else if p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
             pk = true;
             nullable = false;
+        } else if is_word(p, 0, "OPTIONS") {
+            p.next_token();
+            if let Some(allow) = parse_column_options(p, &name)? {
+                allow_commit_timestamp = allow;
+            }
         } else if p.peek_keyword(Keyword::UNIQUE)
             || p.peek_keyword(Keyword::REFERENCES)
             || p.peek_keyword(Keyword::CHECK)
-            || is_word(p, 0, "OPTIONS")
         {
             return Err(Error::Unsupported(format!(
                 "column option {} (column \"{name}\") is not supported",
@@ -638,9 +666,44 @@ fn parse_column(p: &mut Parser) -> Result<(ColumnDef, bool)> {
             data_type,
             nullable,
             default,
+            allow_commit_timestamp,
         },
         pk,
     ))
+}
+
+/// `( allow_commit_timestamp = true | false | null )` after OPTIONS (the
+/// only column option Spanner has); returns the option's value, `None`
+/// for an empty list. NULL resets the option to its default, false.
+fn parse_column_options(p: &mut Parser, column: &str) -> Result<Option<bool>> {
+    p.expect_token(&Token::LParen).map_err(syntax)?;
+    if p.consume_token(&Token::RParen) {
+        return Ok(None);
+    }
+    let option = p
+        .parse_identifier()
+        .map_err(syntax)?
+        .value
+        .to_ascii_lowercase();
+    if option != "allow_commit_timestamp" {
+        return Err(Error::Unsupported(format!(
+            "column option \"{option}\" (column \"{column}\") is not supported; \
+             allow_commit_timestamp is"
+        )));
+    }
+    p.expect_token(&Token::Eq).map_err(syntax)?;
+    let value = if p.parse_keyword(Keyword::TRUE) {
+        true
+    } else if p.parse_keyword(Keyword::FALSE) || p.parse_keyword(Keyword::NULL) {
+        false
+    } else {
+        return Err(Error::Syntax(format!(
+            "allow_commit_timestamp must be true, false or null, found: {}",
+            p.peek_token().token
+        )));
+    };
+    p.expect_token(&Token::RParen).map_err(syntax)?;
+    Ok(Some(value))
 }
 
 /// Parses a column type in either dialect.
@@ -760,8 +823,25 @@ fn parse_alter_table(p: &mut Parser) -> Result<Statement> {
             if_exists,
         });
     }
+    if p.parse_keyword(Keyword::ALTER) {
+        let _ = p.parse_keyword(Keyword::COLUMN);
+        let column = fold_ident(&p.parse_identifier().map_err(syntax)?);
+        if p.parse_keyword(Keyword::SET) && is_word(p, 0, "OPTIONS") {
+            p.next_token();
+            let allow = parse_column_options(p, &column)?.unwrap_or(false);
+            return Ok(Statement::SetColumnOptions {
+                table,
+                column,
+                allow_commit_timestamp: allow,
+            });
+        }
+        return Err(Error::Unsupported(format!(
+            "ALTER TABLE … ALTER COLUMN {} is not supported (SET OPTIONS is)",
+            p.peek_token().token
+        )));
+    }
     Err(Error::Unsupported(format!(
-        "ALTER TABLE {} is not supported (ADD COLUMN and DROP COLUMN are)",
+        "ALTER TABLE {} is not supported (ADD COLUMN, DROP COLUMN and ALTER COLUMN … SET OPTIONS are)",
         p.peek_token().token
     )))
 }

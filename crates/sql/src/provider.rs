@@ -1083,6 +1083,7 @@ mod tests {
             data_type: DataType::Int64,
             nullable: false,
             default: None,
+            allow_commit_timestamp: false,
         };
         let key = |names: &[&str], desc_last: bool| -> Vec<KeyColumn> {
             names

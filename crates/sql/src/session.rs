@@ -100,6 +100,7 @@ impl Engine {
             default_read_only: false,
             txn_used: false,
             settings: crate::settings::Settings::default(),
+            last_commit_ts: None,
         }
     }
 
@@ -154,6 +155,10 @@ impl Engine {
         let mut state = SessionStateBuilder::new_from_existing(self.base.clone())
             .with_catalog_list(Arc::new(list))
             .build();
+        // now() / current_timestamp are folded to this instant by the
+        // optimizer; without it DataFusion fails to evaluate them.
+        let options = Arc::new(state.config_options().as_ref().clone());
+        state.execution_props_mut().mark_start_execution(options);
         crate::pg_catalog::register_catalog_functions(&mut state, catalog)?;
         Ok(state)
     }
@@ -266,15 +271,34 @@ impl StatementContext {
                 column,
                 if_exists,
             } => ddl::drop_column(self, &table, &column, if_exists),
+            Statement::SetColumnOptions {
+                table,
+                column,
+                allow_commit_timestamp,
+            } => ddl::set_column_options(self, &table, &column, allow_commit_timestamp),
             Statement::Insert { insert, upsert } => {
-                let n = dml::insert(self, *insert, upsert).await?;
+                let mut stmt = ast::Statement::Insert(*insert);
+                dml::rewrite_pending_commit_timestamp(&mut stmt);
+                let ast::Statement::Insert(insert) = stmt else {
+                    return Err(Error::Internal(
+                        "INSERT rewrite changed the statement".into(),
+                    ));
+                };
+                let n = dml::insert(self, insert, upsert).await?;
                 Ok(Output::Command {
                     tag: format!("INSERT 0 {n}"),
                     rows: n,
                 })
             }
             Statement::Update(update) => {
-                let n = dml::update(self, *update).await?;
+                let mut stmt = ast::Statement::Update(*update);
+                dml::rewrite_pending_commit_timestamp(&mut stmt);
+                let ast::Statement::Update(update) = stmt else {
+                    return Err(Error::Internal(
+                        "UPDATE rewrite changed the statement".into(),
+                    ));
+                };
+                let n = dml::update(self, update).await?;
                 Ok(Output::Command {
                     tag: format!("UPDATE {n}"),
                     rows: n,
@@ -469,6 +493,9 @@ pub struct Session {
     txn_used: bool,
     /// Session parameters (SET / SHOW).
     settings: crate::settings::Settings,
+    /// Commit timestamp of the last read-write transaction this session
+    /// committed (`SHOW spanner.commit_timestamp`).
+    last_commit_ts: Option<u64>,
 }
 
 impl Session {
@@ -490,6 +517,14 @@ impl Session {
 
     pub fn settings_mut(&mut self) -> &mut crate::settings::Settings {
         &mut self.settings
+    }
+
+    /// The commit timestamp (µs since the epoch) of the last read-write
+    /// transaction this session committed: the value
+    /// `PENDING_COMMIT_TIMESTAMP()` wrote. `SHOW spanner.commit_timestamp`
+    /// returns it.
+    pub fn last_commit_timestamp(&self) -> Option<i64> {
+        self.last_commit_ts.map(|t| t as i64)
     }
 
     /// Parameter types and result columns of `sql` without running it
@@ -561,7 +596,9 @@ impl Session {
                 let mut guard = txn
                     .lock()
                     .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
-                crate::blocking(|| guard.commit())?;
+                if let Some(info) = crate::blocking(|| guard.commit())? {
+                    self.last_commit_ts = Some(info.ts);
+                }
                 Ok(Output::command("COMMIT"))
             }
             Statement::Rollback => {
@@ -589,6 +626,27 @@ impl Session {
                         self.read_only = ro;
                     }
                     // Outside a transaction block PostgreSQL ignores it too.
+                }
+                match &setting {
+                    crate::settings::SettingStatement::Show { name }
+                        if name.eq_ignore_ascii_case(COMMIT_TIMESTAMP_PARAM) =>
+                    {
+                        let row = self
+                            .last_commit_ts
+                            .map(|t| vec![crate::types::format_timestamp(t as i64)]);
+                        return crate::describe::string_rows(
+                            &[COMMIT_TIMESTAMP_PARAM.to_string()],
+                            vec![row.unwrap_or_default()],
+                        );
+                    }
+                    crate::settings::SettingStatement::Set { name, .. }
+                        if name.eq_ignore_ascii_case(COMMIT_TIMESTAMP_PARAM) =>
+                    {
+                        return Err(Error::CantChangeRuntimeParam(format!(
+                            "parameter \"{COMMIT_TIMESTAMP_PARAM}\" cannot be changed"
+                        )));
+                    }
+                    _ => {}
                 }
                 let tag = Statement::Setting(setting.clone()).tag();
                 match self.settings.apply(&setting)? {
@@ -664,7 +722,12 @@ impl Session {
                     .map(|mut t| t.commit())
             })?;
             match committed {
-                Ok(_) => return Ok(out),
+                Ok(info) => {
+                    if let Some(info) = info {
+                        self.last_commit_ts = Some(info.ts);
+                    }
+                    return Ok(out);
+                }
                 Err(e) if e.is_retryable() && attempt < AUTOCOMMIT_ATTEMPTS => {
                     debug!(attempt, "autocommit statement conflicted; retrying");
                     tokio::time::sleep(std::time::Duration::from_millis((attempt as u64) * 2))
@@ -676,7 +739,10 @@ impl Session {
     }
 }
 
-fn now_micros() -> u64 {
+/// Read-only session parameter: the last commit timestamp (PGAdapter's name).
+const COMMIT_TIMESTAMP_PARAM: &str = "spanner.commit_timestamp";
+
+pub(crate) fn now_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)

@@ -46,6 +46,15 @@
 //! `next_ts = max(last_commit_ts + 1, wall clock in µs)`: unique, strictly
 //! increasing across restarts (the last one is persisted by each commit).
 //!
+//! Writes made with [`Transaction::put_pending`] hold a placeholder for the
+//! commit timestamp (`PENDING_COMMIT_TIMESTAMP()`); the commit replaces it,
+//! in keys and values, once `ts` is chosen under the commit lock, via
+//! [`Catalog::resolve_pending_commit_timestamp`]. Validation ran against
+//! the placeholder keys, which is sound because the final keys are new:
+//! commit-timestamp columns refuse future timestamps, and `ts` exceeds
+//! every earlier commit's. A pending write cannot be read back by its own
+//! transaction ([`Error::PendingCommitTimestamp`]).
+//!
 //! ## The catalog
 //!
 //! The catalog is stored under the logical key [`CATALOG_KEY`] like any row,
@@ -90,6 +99,14 @@ pub enum Error {
     /// reopened, as after a real crash.
     #[error("commit stopped at injected crash point {0:?}")]
     Crashed(CrashPoint),
+    /// The transaction read a row it wrote with `PENDING_COMMIT_TIMESTAMP()`:
+    /// its value is not known until commit.
+    #[error("cannot read a row written with PENDING_COMMIT_TIMESTAMP() in the same transaction: its commit timestamp is not known until commit")]
+    PendingCommitTimestamp,
+    /// Resolving a pending commit timestamp failed (a write the SQL layer
+    /// marked did not decode against the catalog).
+    #[error("cannot resolve the commit timestamp of a write: {0}")]
+    ResolveCommitTimestamp(#[source] spindle_catalog::KeyError),
 }
 
 impl Error {
@@ -561,6 +578,7 @@ impl TxnManager {
             mgr: self.clone(),
             read_ts,
             writes: BTreeMap::new(),
+            pending: BTreeSet::new(),
             reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
             catalog_changed: false,
@@ -600,6 +618,7 @@ impl TxnManager {
             mgr: self.clone(),
             read_ts,
             writes: BTreeMap::new(),
+            pending: BTreeSet::new(),
             reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
             catalog_changed: false,
@@ -645,6 +664,9 @@ pub struct Transaction {
     mgr: Arc<TxnManager>,
     read_ts: Timestamp,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys of `writes` holding the commit-timestamp placeholder (see
+    /// [`Transaction::put_pending`]).
+    pending: BTreeSet<Vec<u8>>,
     /// What this transaction read, for commit-time validation.
     reads: Arc<Mutex<ReadSet>>,
     catalog: Arc<Catalog>,
@@ -704,13 +726,15 @@ impl Transaction {
             Some(e) => Bound::Excluded(e.to_vec()),
             None => Bound::Unbounded,
         };
+        let range = (Bound::Included(start.to_vec()), upper);
         PointReader {
             read_ts: self.read_ts,
             overlay: self
                 .writes
-                .range((Bound::Included(start.to_vec()), upper))
+                .range(range.clone())
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            pending: self.pending.range(range).cloned().collect(),
             reads: self.reads.clone(),
         }
     }
@@ -735,6 +759,9 @@ impl Transaction {
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(w) = self.writes.get(key) {
+            if !self.pending.is_empty() && self.pending.contains(key) {
+                return Err(Error::PendingCommitTimestamp);
+            }
             return Ok(w.clone());
         }
         self.reads().points.insert(key.to_vec());
@@ -743,10 +770,31 @@ impl Transaction {
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        if !self.pending.is_empty() {
+            self.pending.remove(&key);
+        }
+        self.writes.insert(key, Some(value));
+    }
+
+    /// Writes a key and value that hold the commit-timestamp placeholder
+    /// (`spindle_keys::value::PENDING_COMMIT_TIMESTAMP`) in commit-timestamp
+    /// columns. At commit, once the timestamp is chosen (under the commit
+    /// lock), [`Catalog::resolve_pending_commit_timestamp`] replaces the
+    /// placeholder, in the key too, so the key written may differ from
+    /// `key`. Until then the write cannot be read back: reading it fails
+    /// with [`Error::PendingCommitTimestamp`].
+    pub fn put_pending(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.pending.insert(key.clone());
         self.writes.insert(key, Some(value));
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
+        // A pending key has never been stored (the placeholder never is),
+        // so deleting it only drops the buffered write.
+        if !self.pending.is_empty() && self.pending.remove(&key) {
+            self.writes.remove(&key);
+            return;
+        }
         self.writes.insert(key, None);
     }
 
@@ -759,7 +807,7 @@ impl Transaction {
             .collect::<Result<_>>()?;
         let n = keys.len();
         for k in keys {
-            self.writes.insert(k, None);
+            self.delete(k);
         }
         Ok(n)
     }
@@ -782,9 +830,10 @@ impl Transaction {
             Some(e) => Bound::Excluded(e.to_vec()),
             None => Bound::Unbounded,
         };
+        let range = (Bound::Included(start.to_vec()), upper);
         let overlay: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
             .writes
-            .range((Bound::Included(start.to_vec()), upper))
+            .range(range.clone())
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Snapshot {
@@ -792,6 +841,7 @@ impl Transaction {
             end: end.map(|e| e.to_vec()),
             read_ts: self.read_ts,
             overlay,
+            pending: self.pending.range(range).cloned().collect(),
         }
     }
 
@@ -838,7 +888,8 @@ impl Transaction {
             ));
         }
         let catalog_changed = std::mem::take(&mut self.catalog_changed);
-        let buffered = std::mem::take(&mut self.writes);
+        let mut buffered = std::mem::take(&mut self.writes);
+        let pending = std::mem::take(&mut self.pending);
         let mut log = self.mgr.commits.lock().map_err(|_| Error::Poisoned)?;
         // Validate against every commit after our snapshot. The catalog is
         // an implicit read of every transaction.
@@ -859,6 +910,20 @@ impl Transaction {
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
         let ts = (log.last_ts + 1).max(now);
+        // Put the commit timestamp into writes that wait for it. Their
+        // final keys are new (commit-timestamp columns refuse the future,
+        // and `ts` is later than every earlier commit), so validation
+        // against the placeholder keys above missed no conflict.
+        for key in pending {
+            let Some(value) = buffered.remove(&key) else {
+                continue;
+            };
+            let (k, v) = self
+                .catalog
+                .resolve_pending_commit_timestamp(&key, value.as_deref(), ts as i64)
+                .map_err(Error::ResolveCommitTimestamp)?;
+            buffered.insert(k, v);
+        }
         let mut writes: Vec<Write> = buffered.into_iter().collect();
         if catalog_changed {
             writes.push((CATALOG_KEY.to_vec(), Some(self.catalog.to_bytes())));
@@ -994,12 +1059,16 @@ impl Transaction {
 pub struct PointReader {
     read_ts: Timestamp,
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    pending: BTreeSet<Vec<u8>>,
     reads: Arc<Mutex<ReadSet>>,
 }
 
 impl PointReader {
     pub fn get(&self, mgr: &Arc<TxnManager>, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(w) = self.overlay.get(key) {
+            if self.pending.contains(key) {
+                return Err(Error::PendingCommitTimestamp);
+            }
             return Ok(w.clone());
         }
         lock_reads(&self.reads).points.insert(key.to_vec());
@@ -1015,6 +1084,8 @@ pub struct Snapshot {
     end: Option<Vec<u8>>,
     read_ts: Timestamp,
     overlay: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Keys of `overlay` holding the commit-timestamp placeholder.
+    pending: BTreeSet<Vec<u8>>,
 }
 
 impl Snapshot {
@@ -1025,6 +1096,7 @@ impl Snapshot {
         TxnScan {
             store: store.peekable(),
             overlay: self.overlay.into_iter().peekable(),
+            pending: self.pending,
         }
     }
 }
@@ -1036,6 +1108,7 @@ type BufferedWrite = (Vec<u8>, Option<Vec<u8>>);
 pub struct TxnScan {
     store: std::iter::Peekable<spindle_storage::ScanIter>,
     overlay: std::iter::Peekable<std::vec::IntoIter<BufferedWrite>>,
+    pending: BTreeSet<Vec<u8>>,
 }
 
 impl Iterator for TxnScan {
@@ -1065,6 +1138,9 @@ impl Iterator for TxnScan {
             };
             if take_overlay {
                 if let Some((k, v)) = self.overlay.next() {
+                    if !self.pending.is_empty() && self.pending.contains(&k) {
+                        return Some(Err(Error::PendingCommitTimestamp));
+                    }
                     match v {
                         Some(v) => return Some(Ok((k, v))),
                         None => continue,
@@ -1235,6 +1311,7 @@ mod tests {
                 data_type: spindle_keys::DataType::Int64,
                 nullable: true,
                 default: None,
+                allow_commit_timestamp: false,
             }],
             primary_key: vec![],
             interleave: None,

@@ -20,6 +20,7 @@ fn schema() -> Catalog {
         data_type: DataType::Int64,
         nullable: false,
         default: None,
+        allow_commit_timestamp: false,
     };
     let key = |names: &[&str]| -> Vec<KeyColumn> {
         names
