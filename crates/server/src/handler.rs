@@ -533,8 +533,10 @@ impl Handler {
             };
         }
         let before = session.settings().reported();
-        let stmts = match spindle_sql::parser::parse(sql)
-            .and_then(|s| spindle_sql::bind::bind_params(s, &[]))
+        let stmts = match session
+            .engine()
+            .parse_cached(sql)
+            .and_then(|s| spindle_sql::bind::bind_params((*s).clone(), &[]))
         {
             Ok(s) => s,
             Err(e) => {

@@ -73,7 +73,11 @@ async fn query_rows(
     batch_rows(&batches)
 }
 
-fn literal_value(e: &ast::Expr) -> Option<Value> {
+/// The value of a literal expression, or `None` if it is not one: plain
+/// literals, negation, and the casts [`crate::bind::literal_sql`] writes for
+/// bound parameters, when the text is in the canonical form it writes (so
+/// reading it back cannot differ from DataFusion's cast).
+pub(crate) fn literal_value(e: &ast::Expr) -> Option<Value> {
     match e {
         ast::Expr::Value(v) => match &v.value {
             ast::Value::Number(n, _) => Some(match n.parse::<i64>() {
@@ -98,6 +102,13 @@ fn literal_value(e: &ast::Expr) -> Option<Value> {
             _ => None,
         },
         ast::Expr::Nested(inner) => literal_value(inner),
+        ast::Expr::Cast {
+            kind: ast::CastKind::Cast,
+            expr,
+            data_type,
+            format: None,
+            ..
+        } => cast_literal(literal_value(expr)?, data_type),
         // The placeholder PENDING_COMMIT_TIMESTAMP() is rewritten to.
         ast::Expr::Function(f)
             if f.name
@@ -116,6 +127,34 @@ fn literal_value(e: &ast::Expr) -> Option<Value> {
                 }
                 _ => None,
             }
+        }
+        _ => None,
+    }
+}
+
+/// `CAST(literal AS type)` for the types bound parameters use.
+fn cast_literal(v: Value, ty: &ast::DataType) -> Option<Value> {
+    use crate::types::{format_date, format_timestamp, parse_date, parse_timestamp};
+    use ast::{DataType as T, ExactNumberInfo as E, TimezoneInfo as Z};
+    match (v, ty) {
+        (Value::Int64(i), T::BigInt(None)) => Some(Value::Int64(i)),
+        (Value::Int64(i), T::DoublePrecision) => Some(Value::Float64(i as f64)),
+        (Value::Float64(f), T::DoublePrecision) => Some(Value::Float64(f)),
+        (Value::Numeric(n), T::DoublePrecision) => spindle_keys::value::format_numeric(n)
+            .parse()
+            .ok()
+            .map(Value::Float64),
+        (Value::Null, _) => None,
+        (Value::String(s), T::Date) => parse_date(&s)
+            .filter(|d| format_date(*d) == s)
+            .map(Value::Date),
+        (Value::String(s), T::Timestamp(None, Z::Tz)) => parse_timestamp(&s)
+            .filter(|t| format_timestamp(*t) == s)
+            .map(Value::Timestamp),
+        (Value::String(s), T::Decimal(E::PrecisionAndScale(38, 9))) => {
+            spindle_keys::value::parse_numeric(&s)
+                .filter(|n| spindle_keys::value::format_numeric(*n) == s)
+                .map(Value::Numeric)
         }
         _ => None,
     }
@@ -806,7 +845,13 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     if let Some(sel) = &u.selection {
         sql.push_str(&format!(" WHERE {sel}"));
     }
-    let rows = query_rows(ctx, &sql, true).await?;
+    let rows = match point_update_rows(ctx, &catalog, &table, &u)? {
+        Some(rows) => {
+            ctx.engine.count_fast_path();
+            rows
+        }
+        None => query_rows(ctx, &sql, true).await?,
+    };
     let key_idx = table.key_indices();
     let ncols = table.columns.len();
     let indexes = IndexPlan::for_table(&catalog, &table.name)?;
@@ -834,6 +879,49 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
         count += 1;
     }
     Ok(count)
+}
+
+/// The fast path of UPDATE by full primary key ([`crate::fastpath`]): the
+/// rows the general path's SELECT would return (every column, then the new
+/// values), or `None` to take the general path.
+fn point_update_rows(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    table: &Table,
+    u: &ast::Update,
+) -> Result<Option<Vec<Vec<Value>>>> {
+    use crate::fastpath::{eval_set, match_key, single_table, KeyMatch};
+    if u.from.is_some() {
+        return Ok(None);
+    }
+    let Some((t, quals)) = single_table(catalog, &u.table) else {
+        return Ok(None);
+    };
+    if t.name != table.name {
+        return Ok(None);
+    }
+    let kv = match match_key(table, &quals, u.selection.as_ref()) {
+        None => return Ok(None),
+        Some(KeyMatch::Nothing) => return Ok(Some(Vec::new())),
+        Some(KeyMatch::Point(kv)) => kv,
+    };
+    let Ok(key) = catalog.encode_key(&table.name, &kv) else {
+        return Ok(None);
+    };
+    let stored = crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?;
+    let Some(stored) = stored else {
+        return Ok(Some(Vec::new()));
+    };
+    let mut row = stored_row(table, &kv, &stored)?;
+    let mut new = Vec::with_capacity(u.assignments.len());
+    for a in &u.assignments {
+        match eval_set(table, &quals, &row, &a.value) {
+            None => return Ok(None),
+            Some(v) => new.push(v?),
+        }
+    }
+    row.extend(new);
+    Ok(Some(vec![row]))
 }
 
 pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64> {
@@ -866,7 +954,23 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
     if let Some(sel) = &d.selection {
         sql.push_str(&format!(" WHERE {sel}"));
     }
-    let rows = query_rows(ctx, &sql, true).await?;
+    // The fast path: a full primary key needs no query.
+    let point = match d.using {
+        Some(_) => None,
+        None => crate::fastpath::single_table(&catalog, target)
+            .filter(|(t, _)| t.name == table.name)
+            .and_then(|(_, quals)| {
+                crate::fastpath::match_key(&table, &quals, d.selection.as_ref())
+            }),
+    };
+    if point.is_some() {
+        ctx.engine.count_fast_path();
+    }
+    let rows = match point {
+        Some(crate::fastpath::KeyMatch::Point(kv)) => vec![kv],
+        Some(crate::fastpath::KeyMatch::Nothing) => Vec::new(),
+        None => query_rows(ctx, &sql, true).await?,
+    };
     let plan = CascadePlan::new(&catalog, &table)?;
     let mut seen = HashSet::new();
     let mut count = 0;

@@ -20,6 +20,7 @@ pub mod ddl;
 pub mod describe;
 pub mod dml;
 pub mod error;
+pub(crate) mod fastpath;
 pub mod hints;
 pub(crate) mod index;
 pub mod info_schema;

@@ -17,6 +17,7 @@
 //! Every statement reads one snapshot: the transaction's read timestamp
 //! plus its own earlier writes.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -67,7 +68,19 @@ impl Output {
 pub struct Engine {
     mgr: Arc<TxnManager>,
     base: SessionState,
+    /// Parsed statements by SQL text: a prepared statement executed again
+    /// (or the same text sent again) is not parsed again. Parsing does not
+    /// depend on the schema, so entries never go stale; the map is emptied
+    /// when it reaches [`PARSE_CACHE_ENTRIES`].
+    parsed: Mutex<HashMap<String, Arc<Vec<Statement>>>>,
+    /// Statements that took the fast path ([`crate::fastpath`]).
+    fast_path: std::sync::atomic::AtomicU64,
 }
+
+/// Most statements [`Engine`] keeps parsed.
+const PARSE_CACHE_ENTRIES: usize = 1024;
+/// Longest SQL text worth keeping parsed (bulk INSERTs are sent once).
+const PARSE_CACHE_MAX_SQL: usize = 4096;
 
 impl Engine {
     /// Opens the database in `path`, or a temporary one when `None`.
@@ -88,7 +101,42 @@ impl Engine {
             .with_default_features()
             .build();
         crate::pg_catalog::register_functions(&mut base)?;
-        Ok(Arc::new(Engine { mgr, base }))
+        Ok(Arc::new(Engine {
+            mgr,
+            base,
+            parsed: Mutex::new(HashMap::new()),
+            fast_path: Default::default(),
+        }))
+    }
+
+    /// How many statements took the fast path (point SELECT, UPDATE and
+    /// DELETE by full primary key) since the database opened.
+    pub fn fast_path_count(&self) -> u64 {
+        self.fast_path.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_fast_path(&self) {
+        self.fast_path
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Parses `sql`, or returns the statements it parsed to before.
+    pub fn parse_cached(&self, sql: &str) -> Result<Arc<Vec<Statement>>> {
+        if let Ok(map) = self.parsed.lock() {
+            if let Some(stmts) = map.get(sql) {
+                return Ok(stmts.clone());
+            }
+        }
+        let stmts = Arc::new(parser::parse(sql)?);
+        if sql.len() <= PARSE_CACHE_MAX_SQL {
+            if let Ok(mut map) = self.parsed.lock() {
+                if map.len() >= PARSE_CACHE_ENTRIES {
+                    map.clear();
+                }
+                map.insert(sql.to_string(), stmts.clone());
+            }
+        }
+        Ok(stmts)
     }
 
     pub fn session(self: &Arc<Self>) -> Session {
@@ -312,6 +360,10 @@ impl StatementContext {
                 })
             }
             Statement::Query(q) => {
+                if let Some(out) = crate::fastpath::point_select(self, &q)? {
+                    self.engine.count_fast_path();
+                    return Ok(out);
+                }
                 let (schema, batches) = self.query(*q, false).await?;
                 Ok(Output::Rows { schema, batches })
             }
@@ -536,14 +588,14 @@ impl Session {
     /// Runs every statement of `sql` with positional parameters `$1…`,
     /// stopping at the first error.
     pub async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
-        let stmts = match parser::parse(sql) {
+        let stmts = match self.engine.parse_cached(sql) {
             Ok(s) => s,
             Err(e) => {
                 self.fail();
                 return Err(e);
             }
         };
-        let stmts = bind::bind_params(stmts, params)?;
+        let stmts = bind::bind_params((*stmts).clone(), params)?;
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in stmts {
             let tag = stmt.tag();

@@ -1,0 +1,244 @@
+//! The fast path for statements by full primary key (crates/sql/src/
+//! fastpath.rs) must give exactly what the general DataFusion path gives.
+//! Each statement runs twice on twin databases: as written (eligible for
+//! the fast path) and with `AND TRUE` added to its WHERE (which the fast
+//! path does not match, so DataFusion plans it). Results, row counts,
+//! errors and the final tables must be equal, and the fast path must have
+//! been taken on one side only.
+
+use proptest::prelude::*;
+use spindle::{Database, Value};
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE Parents (A INT64 NOT NULL, B STRING(MAX) NOT NULL, V INT64, W STRING(MAX), T TIMESTAMP, J JSON) PRIMARY KEY (A, B DESC)",
+    "CREATE TABLE Kids (A INT64 NOT NULL, B STRING(MAX) NOT NULL, K INT64 NOT NULL, X INT64) PRIMARY KEY (A, B DESC, K), INTERLEAVE IN PARENT Parents ON DELETE CASCADE",
+    "CREATE INDEX ParentsByV ON Parents (V) STORING (W)",
+];
+
+fn db() -> Database {
+    let db = Database::open_in_memory().unwrap();
+    for s in SCHEMA {
+        db.execute(s, &[]).unwrap();
+    }
+    db
+}
+
+/// A statement's outcome, comparable across the two paths.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Rows(Vec<String>, Vec<Vec<Value>>),
+    Count(u64),
+    Error(String),
+}
+
+fn run(db: &Database, sql: &str, params: &[Value]) -> Outcome {
+    if sql.starts_with("SELECT") {
+        match db.query(sql, params) {
+            Ok(rows) => {
+                // Names, Arrow types and metadata (JSON columns carry it).
+                let names = rows
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| format!("{} {} {:?}", f.name(), f.data_type(), f.metadata()))
+                    .collect();
+                let rows = rows
+                    .rows()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.values().to_vec())
+                    .collect();
+                Outcome::Rows(names, rows)
+            }
+            Err(e) => Outcome::Error(e.sqlstate().to_string()),
+        }
+    } else {
+        match db.execute(sql, params) {
+            Ok(n) => Outcome::Count(n),
+            Err(e) => Outcome::Error(e.sqlstate().to_string()),
+        }
+    }
+}
+
+fn general(sql: &str) -> String {
+    format!("{sql} AND TRUE")
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(i64, String, Option<i64>),
+    Select(i64, String, usize),
+    Update(i64, String, i64),
+    UpdateSet(i64, String, Option<i64>, String),
+    Delete(i64, String),
+    InsertKid(i64, String, i64),
+}
+
+fn key_a() -> impl Strategy<Value = i64> {
+    prop_oneof![0i64..6, Just(i64::MAX), Just(-1)]
+}
+
+fn key_b() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("x".to_string()),
+        Just("y".to_string()),
+        Just(String::new())
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (key_a(), key_b(), prop::option::of(-5i64..5)).prop_map(|(a, b, v)| Op::Insert(a, b, v)),
+        (key_a(), key_b(), 0usize..6).prop_map(|(a, b, p)| Op::Select(a, b, p)),
+        (key_a(), key_b(), prop_oneof![-3i64..3, Just(i64::MAX)])
+            .prop_map(|(a, b, d)| Op::Update(a, b, d)),
+        (key_a(), key_b(), prop::option::of(-5i64..5), "[a-c]{0,3}")
+            .prop_map(|(a, b, v, w)| Op::UpdateSet(a, b, v, w)),
+        (key_a(), key_b()).prop_map(|(a, b)| Op::Delete(a, b)),
+        (key_a(), key_b(), 0i64..3).prop_map(|(a, b, k)| Op::InsertKid(a, b, k)),
+    ]
+}
+
+/// SELECT shapes the fast path takes: `*`, columns, aliases, qualified
+/// names, key predicates in either order and on either side.
+const SELECTS: &[&str] = &[
+    "SELECT * FROM Parents WHERE A = $1 AND B = $2",
+    "SELECT V, W AS Label, t FROM Parents WHERE B = $2 AND A = $1",
+    "SELECT p.*, p.v AS v2 FROM Parents p WHERE $1 = p.A AND p.B = $2",
+    "SELECT j, a FROM public.parents WHERE (a = $1) AND (b = $2)",
+    "SELECT W FROM Parents AS q WHERE q.a = $1 AND q.b = $2",
+    "SELECT x, k FROM Kids WHERE a = $1 AND b = $2 AND k = 1",
+];
+
+fn statement(op: &Op) -> (String, Vec<Value>) {
+    let kb = |a: i64, b: &str| vec![Value::Int64(a), Value::String(b.to_string())];
+    match op {
+        Op::Insert(a, b, v) => (
+            "INSERT INTO Parents (A, B, V, W, T, J) VALUES ($1, $2, $3, 'w', TIMESTAMP '2024-01-02 03:04:05+00', JSON '{\"k\": 1}')".into(),
+            [kb(*a, b), vec![v.map(Value::Int64).unwrap_or(Value::Null)]].concat(),
+        ),
+        Op::Select(a, b, i) => (SELECTS[*i].to_string(), kb(*a, b)),
+        Op::Update(a, b, d) => (
+            "UPDATE Parents SET V = V + $3 WHERE A = $1 AND B = $2".into(),
+            [kb(*a, b), vec![Value::Int64(*d)]].concat(),
+        ),
+        Op::UpdateSet(a, b, v, w) => (
+            "UPDATE Parents p SET V = $3, W = $4 WHERE p.A = $1 AND B = $2".into(),
+            [
+                kb(*a, b),
+                vec![
+                    v.map(Value::Int64).unwrap_or(Value::Null),
+                    Value::String(w.clone()),
+                ],
+            ]
+            .concat(),
+        ),
+        Op::Delete(a, b) => (
+            "DELETE FROM Parents WHERE A = $1 AND B = $2".into(),
+            kb(*a, b),
+        ),
+        Op::InsertKid(a, b, k) => (
+            "INSERT INTO Kids VALUES ($1, $2, $3, 7)".into(),
+            [kb(*a, b), vec![Value::Int64(*k)]].concat(),
+        ),
+    }
+}
+
+fn contents(db: &Database) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT * FROM Parents ORDER BY A, B DESC",
+        "SELECT * FROM Kids ORDER BY A, B DESC, K",
+        "SELECT V, W, A, B FROM Parents@{FORCE_INDEX=ParentsByV} ORDER BY V, A, B",
+    ] {
+        for r in db.query(sql, &[]).unwrap().rows().unwrap() {
+            out.push(r.values().to_vec());
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fast_path_equals_general_path(ops in prop::collection::vec(op(), 1..40)) {
+        let fast = db();
+        let slow = db();
+        for op in &ops {
+            let (sql, params) = statement(op);
+            let eligible = !sql.starts_with("INSERT");
+            let before = fast.engine().fast_path_count();
+            let a = run(&fast, &sql, &params);
+            let b = if eligible { run(&slow, &general(&sql), &params) } else { run(&slow, &sql, &params) };
+            prop_assert_eq!(&a, &b, "{} {:?}", sql, params);
+            if eligible {
+                prop_assert_eq!(fast.engine().fast_path_count(), before + 1, "fast path not taken: {}", sql);
+            }
+        }
+        prop_assert_eq!(slow.engine().fast_path_count(), 0);
+        prop_assert_eq!(contents(&fast), contents(&slow));
+    }
+}
+
+/// Shapes the fast path must leave to DataFusion (and which still work).
+#[test]
+fn other_shapes_take_the_general_path() {
+    let db = db();
+    db.execute(
+        "INSERT INTO Parents (A, B, V) VALUES (1, 'x', 5), (2, 'y', 6)",
+        &[],
+    )
+    .unwrap();
+    for (sql, rows) in [
+        ("SELECT V FROM Parents WHERE A = 1", 1),
+        (
+            "SELECT V FROM Parents WHERE A = 1 AND B = 'x' ORDER BY V",
+            1,
+        ),
+        ("SELECT V FROM Parents WHERE A = 1 AND B = 'x' LIMIT 1", 1),
+        ("SELECT V + 1 FROM Parents WHERE A = 1 AND B = 'x'", 1),
+        ("SELECT DISTINCT V FROM Parents WHERE A = 1 AND B = 'x'", 1),
+        ("SELECT V FROM Parents WHERE A = 1 AND B = 'x' OR A = 2", 2),
+        ("SELECT V FROM Parents WHERE A = 1.0 AND B = 'x'", 1),
+        (
+            "SELECT V FROM Parents@{FORCE_INDEX=ParentsByV} WHERE A = 1 AND B = 'x'",
+            1,
+        ),
+        ("SELECT count(*) FROM Parents WHERE A = 1 AND B = 'x'", 1),
+    ] {
+        let before = db.engine().fast_path_count();
+        let got = db.query(sql, &[]).unwrap().num_rows();
+        assert_eq!(got, rows, "{sql}");
+        assert_eq!(
+            db.engine().fast_path_count(),
+            before,
+            "{sql} took the fast path"
+        );
+    }
+    // Equality with NULL matches nothing, on either path.
+    let before = db.engine().fast_path_count();
+    assert_eq!(
+        db.query("SELECT V FROM Parents WHERE A = NULL AND B = 'x'", &[])
+            .unwrap()
+            .num_rows(),
+        0
+    );
+    assert_eq!(db.engine().fast_path_count(), before + 1);
+    // Overflow in SET is 22003 and changes nothing.
+    let err = db
+        .execute(
+            "UPDATE Parents SET V = V + 9223372036854775807 WHERE A = 1 AND B = 'x'",
+            &[],
+        )
+        .unwrap_err();
+    assert_eq!(err.sqlstate(), "22003");
+    let v: i64 = db
+        .query("SELECT V FROM Parents WHERE A = 1 AND B = 'x'", &[])
+        .unwrap()
+        .rows()
+        .unwrap()[0]
+        .get(0)
+        .unwrap();
+    assert_eq!(v, 5);
+}
