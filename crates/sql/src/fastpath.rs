@@ -237,13 +237,13 @@ pub(crate) fn point_select(
                 }
             }
             ast::SelectItem::UnnamedExpr(e) => {
-                let Some(i) = column_ref(&table, &qualifiers, e) else {
+                let Some(i) = column_ref(table, &qualifiers, e) else {
                     return Ok(None);
                 };
                 out.push((i, table.columns[i].name.clone()));
             }
             ast::SelectItem::ExprWithAlias { expr, alias } => {
-                let Some(i) = column_ref(&table, &qualifiers, expr) else {
+                let Some(i) = column_ref(table, &qualifiers, expr) else {
                     return Ok(None);
                 };
                 out.push((i, fold_ident(alias)));
@@ -257,7 +257,7 @@ pub(crate) fn point_select(
     if names.windows(2).any(|w| w[0] == w[1]) {
         return Ok(None);
     }
-    let key_vals = match match_key(&table, &qualifiers, Some(selection)) {
+    let key_vals = match match_key(table, &qualifiers, Some(selection)) {
         None => return Ok(None),
         Some(KeyMatch::Nothing) => None,
         Some(KeyMatch::Point(v)) => Some(v),
