@@ -897,11 +897,28 @@ impl PartitionStream for ScanStream {
             let entry_keys = RowDecoder::new(&request);
             let base_chain: Vec<&Table> = output.chain.iter().collect();
             let mut produced = 0usize;
+            // The key of the last row produced: a key below it belongs to
+            // its row tree (children, interleaved index entries), which a
+            // scan of this table jumps over instead of reading.
+            let mut last_row: Vec<u8> = Vec::new();
             for snap in snapshots {
-                for item in snap.into_iter(&mgr) {
+                let mut iter = snap.into_iter(&mgr);
+                while let Some(item) = iter.next() {
                     let (key, value) = item.map_err(|e| external(crate::Error::from(e)))?;
                     let pushed = match &fetch {
-                        None => rows.push(&key, &value).map_err(external)?,
+                        None => {
+                            let pushed = rows.push(&key, &value).map_err(external)?;
+                            if pushed {
+                                last_row.clear();
+                                last_row.extend_from_slice(&key);
+                            } else if !last_row.is_empty() && key.starts_with(&last_row) {
+                                match spindle_keys::key::prefix_end(&last_row) {
+                                    Some(end) => iter.seek(&end),
+                                    None => break,
+                                }
+                            }
+                            pushed
+                        }
                         Some((_, reader)) => {
                             // An index entry: decode the base key, fetch the row.
                             let Some(pk) = entry_keys.key_values(&key).map_err(external)? else {

@@ -188,11 +188,13 @@ impl Store {
             .map(|e| e.to_vec())
             .unwrap_or_else(|| META_PREFIX.to_vec());
         let inner = if start < end.as_slice() {
-            Some(self.db.range(start.to_vec()..end))
+            Some(self.db.range(start.to_vec()..end.clone()))
         } else {
             None
         };
         ScanIter {
+            db: self.db.clone(),
+            end,
             inner,
             ts,
             last: None,
@@ -343,10 +345,28 @@ fn decode_version(v: &[u8]) -> Result<Option<Vec<u8>>> {
 
 /// Iterator of a snapshot scan: `(logical key, value)` of live keys.
 pub struct ScanIter {
+    /// For [`ScanIter::seek`] (a handle: cloning a `sled::Db` is cheap).
+    db: sled::Db,
+    end: Vec<u8>,
     inner: Option<sled::Iter>,
     ts: Timestamp,
     /// The logical key whose visible version was already decided.
     last: Option<Vec<u8>>,
+}
+
+impl ScanIter {
+    /// Continues the scan at the first live key `>= key` (which must not be
+    /// before the keys already returned): a jump over a key range the
+    /// caller does not need, such as the children of a parent row, without
+    /// reading it.
+    pub fn seek(&mut self, key: &[u8]) {
+        self.last = None;
+        self.inner = if key < self.end.as_slice() {
+            Some(self.db.range(key.to_vec()..self.end.clone()))
+        } else {
+            None
+        };
+    }
 }
 
 impl Iterator for ScanIter {

@@ -1094,7 +1094,8 @@ impl Snapshot {
             .store
             .scan(&self.start, self.end.as_deref(), self.read_ts);
         TxnScan {
-            store: store.peekable(),
+            store,
+            peeked: None,
             overlay: self.overlay.into_iter().peekable(),
             pending: self.pending,
         }
@@ -1106,9 +1107,45 @@ type BufferedWrite = (Vec<u8>, Option<Vec<u8>>);
 
 /// Merges the store's snapshot with the transaction's buffered writes.
 pub struct TxnScan {
-    store: std::iter::Peekable<spindle_storage::ScanIter>,
+    store: spindle_storage::ScanIter,
+    /// The store's next item, once looked at (`Some(None)`: the store is
+    /// exhausted).
+    peeked: Option<Option<StoreItem>>,
     overlay: std::iter::Peekable<std::vec::IntoIter<BufferedWrite>>,
     pending: BTreeSet<Vec<u8>>,
+}
+
+type StoreItem = std::result::Result<(Vec<u8>, Vec<u8>), spindle_storage::Error>;
+
+impl TxnScan {
+    /// Continues at the first key `>= key`, skipping what lies between
+    /// without reading it from the store (see `ScanIter::seek`). `key` must
+    /// not be before a key already returned. The skipped range stays in
+    /// the transaction's read set (the whole scanned range was recorded).
+    pub fn seek(&mut self, key: &[u8]) {
+        let ahead = matches!(&self.peeked, Some(Some(Ok((k, _)))) if k.as_slice() >= key);
+        if !ahead {
+            self.peeked = None;
+            self.store.seek(key);
+        }
+        while self.overlay.peek().is_some_and(|(k, _)| k.as_slice() < key) {
+            self.overlay.next();
+        }
+    }
+
+    fn peek_store(&mut self) -> Option<&StoreItem> {
+        if self.peeked.is_none() {
+            self.peeked = Some(self.store.next());
+        }
+        self.peeked.as_ref().and_then(|p| p.as_ref())
+    }
+
+    fn next_store(&mut self) -> Option<StoreItem> {
+        match self.peeked.take() {
+            Some(item) => item,
+            None => self.store.next(),
+        }
+    }
 }
 
 impl Iterator for TxnScan {
@@ -1116,25 +1153,27 @@ impl Iterator for TxnScan {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            let store_key = match self.store.peek() {
-                Some(Ok((k, _))) => Some(k.clone()),
-                Some(Err(_)) => return self.store.next().map(|r| r.map_err(Error::from)),
-                None => None,
-            };
-            let take_overlay = match (&store_key, self.overlay.peek()) {
-                (None, None) => return None,
-                (Some(_), None) => false,
-                (None, Some(_)) => true,
-                (Some(sk), Some((ok, _))) => {
-                    if ok <= sk {
-                        if ok == sk {
-                            self.store.next();
-                        }
-                        true
-                    } else {
-                        false
-                    }
+            // Which side comes first: the store's next key or the overlay's
+            // (the overlay wins ties: it is this transaction's own write).
+            let order = {
+                let overlay_key = self.overlay.peek().map(|(k, _)| k.as_slice());
+                let overlay_key = overlay_key.map(|k| k.to_vec());
+                match (self.peek_store(), overlay_key) {
+                    (Some(Err(_)), _) => None,
+                    (None, None) => return None,
+                    (Some(Ok(_)), None) => Some(std::cmp::Ordering::Greater),
+                    (None, Some(_)) => Some(std::cmp::Ordering::Less),
+                    (Some(Ok((sk, _))), Some(ok)) => Some(ok.as_slice().cmp(sk.as_slice())),
                 }
+            };
+            let take_overlay = match order {
+                None => return self.next_store().map(|r| r.map_err(Error::from)),
+                Some(std::cmp::Ordering::Greater) => false,
+                Some(std::cmp::Ordering::Equal) => {
+                    self.next_store();
+                    true
+                }
+                Some(std::cmp::Ordering::Less) => true,
             };
             if take_overlay {
                 if let Some((k, v)) = self.overlay.next() {
@@ -1147,7 +1186,7 @@ impl Iterator for TxnScan {
                     }
                 }
             } else {
-                return self.store.next().map(|r| r.map_err(Error::from));
+                return self.next_store().map(|r| r.map_err(Error::from));
             }
         }
     }
@@ -1189,6 +1228,34 @@ mod tests {
         t.commit().unwrap();
         assert_eq!(keys(&other).len(), 2, "snapshot is stable");
         assert_eq!(keys(&m.begin().unwrap()).len(), 2);
+    }
+
+    #[test]
+    fn scan_seek_skips_store_and_buffered_keys() {
+        let m = mgr();
+        let mut t = m.begin().unwrap();
+        for k in ["\x20a", "\x20b1", "\x20b2", "\x20c", "\x20e"] {
+            t.put(k.as_bytes().to_vec(), b"s".to_vec());
+        }
+        t.commit().unwrap();
+        let mut t = m.begin().unwrap();
+        t.put(b"\x20b3".to_vec(), b"o".to_vec());
+        t.put(b"\x20d".to_vec(), b"o".to_vec());
+        t.delete(b"\x20e".to_vec());
+        let mut it = t.scan(b"\x20", None);
+        assert_eq!(it.next().unwrap().unwrap().0, b"\x20a");
+        assert_eq!(it.next().unwrap().unwrap().0, b"\x20b1");
+        // Skip the rest of "b…" in the store and in the buffer.
+        it.seek(b"\x20c");
+        let rest: Vec<Vec<u8>> = it.map(|r| r.unwrap().0).collect();
+        assert_eq!(rest, vec![b"\x20c".to_vec(), b"\x20d".to_vec()]);
+        // Seeking to where the scan already is changes nothing; past the
+        // end ends it.
+        let mut it = t.scan(b"\x20", None);
+        it.seek(b"\x20a");
+        assert_eq!(it.next().unwrap().unwrap().0, b"\x20a");
+        it.seek(b"\xff");
+        assert!(it.next().is_none());
     }
 
     #[test]
