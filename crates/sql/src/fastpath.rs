@@ -122,6 +122,40 @@ pub(crate) fn match_key(
     qualifiers: &[String],
     selection: Option<&ast::Expr>,
 ) -> Option<KeyMatch> {
+    match match_key_range(table, qualifiers, selection)? {
+        KeyRange::Nothing => Some(KeyMatch::Nothing),
+        KeyRange::Scan {
+            eq,
+            lower: None,
+            upper: None,
+        } if eq.len() == table.primary_key.len() => Some(KeyMatch::Point(eq)),
+        KeyRange::Scan { .. } => None,
+    }
+}
+
+/// What a WHERE clause said about a range of the primary key.
+pub(crate) enum KeyRange {
+    /// A comparison with NULL: no row can match.
+    Nothing,
+    /// Equality on the first `eq.len()` key columns, then optional bounds
+    /// (value, inclusive) on the next one.
+    Scan {
+        eq: Vec<Value>,
+        lower: Option<(Value, bool)>,
+        upper: Option<(Value, bool)>,
+    },
+}
+
+/// Matches a conjunction of `=` on a prefix of the key columns and at most
+/// one lower and one upper bound (`>`, `>=`, `<`, `<=`) on the next key
+/// column, which must be ascending (and, with no lower bound, NOT NULL,
+/// since NULL keys sort first), each with a literal of the column's type.
+/// Anything else (other columns, OR, a gap in the prefix) is `None`.
+pub(crate) fn match_key_range(
+    table: &Table,
+    qualifiers: &[String],
+    selection: Option<&ast::Expr>,
+) -> Option<KeyRange> {
     fn conjuncts<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
         match e {
             ast::Expr::BinaryOp {
@@ -137,27 +171,36 @@ pub(crate) fn match_key(
         }
     }
     let mut parts = Vec::new();
-    conjuncts(selection?, &mut parts);
-    if parts.len() != table.primary_key.len() {
-        return None;
+    if let Some(sel) = selection {
+        conjuncts(sel, &mut parts);
     }
-    let mut key: Vec<Option<Value>> = vec![None; table.primary_key.len()];
+    let n = table.primary_key.len();
+    let mut eq: Vec<Option<Value>> = vec![None; n];
+    // (key position, operator, value) of the bounds.
+    let mut bounds: Vec<(usize, ast::BinaryOperator, Value)> = Vec::new();
     let mut nothing = false;
     for p in parts {
-        let ast::Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::Eq,
-            right,
-        } = p
-        else {
+        let ast::Expr::BinaryOp { left, op, right } = p else {
             return None;
         };
-        let (col, lit) = match (
+        // Column on the left; a literal on the left flips the operator.
+        let (col, lit, op) = match (
             column_ref(table, qualifiers, left),
             column_ref(table, qualifiers, right),
         ) {
-            (Some(c), None) => (c, right),
-            (None, Some(c)) => (c, left),
+            (Some(c), None) => (c, right, op.clone()),
+            (None, Some(c)) => {
+                use ast::BinaryOperator as B;
+                let flipped = match op {
+                    B::Eq => B::Eq,
+                    B::Lt => B::Gt,
+                    B::LtEq => B::GtEq,
+                    B::Gt => B::Lt,
+                    B::GtEq => B::LtEq,
+                    _ => return None,
+                };
+                (c, left, flipped)
+            }
             _ => return None,
         };
         let column = &table.columns[col];
@@ -165,26 +208,90 @@ pub(crate) fn match_key(
             .primary_key
             .iter()
             .position(|k| k.name == column.name)?;
-        if key[pos].is_some() {
-            return None;
-        }
         let v = literal_value(lit)?;
         if v.is_null() {
             nothing = true;
         } else if !same_key_type(&v, &column.data_type) {
             return None;
         }
-        key[pos] = Some(v);
+        match op {
+            ast::BinaryOperator::Eq => {
+                if eq[pos].is_some() {
+                    return None;
+                }
+                eq[pos] = Some(v);
+            }
+            ast::BinaryOperator::Lt
+            | ast::BinaryOperator::LtEq
+            | ast::BinaryOperator::Gt
+            | ast::BinaryOperator::GtEq => bounds.push((pos, op, v)),
+            _ => return None,
+        }
     }
     if nothing {
-        return Some(KeyMatch::Nothing);
+        return Some(KeyRange::Nothing);
     }
-    key.into_iter()
-        .collect::<Option<Vec<Value>>>()
-        .map(KeyMatch::Point)
+    let fixed = eq.iter().take_while(|v| v.is_some()).count();
+    if eq[fixed..].iter().any(|v| v.is_some()) {
+        return None;
+    }
+    let eq: Vec<Value> = eq.into_iter().flatten().collect();
+    let (mut lower, mut upper) = (None, None);
+    for (pos, op, v) in bounds {
+        if pos != fixed || table.primary_key[pos].direction != spindle_keys::Direction::Asc {
+            return None;
+        }
+        let slot = match op {
+            ast::BinaryOperator::Gt => (&mut lower, (v, false)),
+            ast::BinaryOperator::GtEq => (&mut lower, (v, true)),
+            ast::BinaryOperator::Lt => (&mut upper, (v, false)),
+            _ => (&mut upper, (v, true)),
+        };
+        if slot.0.is_some() {
+            return None;
+        }
+        *slot.0 = Some(slot.1);
+    }
+    if upper.is_some() && lower.is_none() {
+        let name = &table.primary_key[fixed].name;
+        if table.column(name).is_none_or(|c| c.nullable) {
+            return None;
+        }
+    }
+    Some(KeyRange::Scan { eq, lower, upper })
 }
 
-/// `SELECT cols FROM t WHERE <full key>`: the result, or `None` if the
+/// The `[start, end)` of the storage keys a [`KeyRange::Scan`] covers
+/// (rows of other tables of the row trees in it are skipped by decoding).
+fn scan_bounds(
+    catalog: &Catalog,
+    chain: &[&Table],
+    eq: &[Value],
+    lower: Option<&(Value, bool)>,
+    upper: Option<&(Value, bool)>,
+) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+    use spindle_keys::key::prefix_end;
+    let with = |v: &Value| -> Option<Vec<u8>> {
+        let mut p = eq.to_vec();
+        p.push(v.clone());
+        catalog.encode_key_prefix(chain, &p, false).ok()
+    };
+    let base = catalog.encode_key_prefix(chain, eq, true).ok()?;
+    let start = match lower {
+        None => base.clone(),
+        Some((v, true)) => with(v)?,
+        Some((v, false)) => prefix_end(&with(v)?)?,
+    };
+    let end = match upper {
+        None => prefix_end(&base),
+        Some((v, true)) => prefix_end(&with(v)?),
+        Some((v, false)) => Some(with(v)?),
+    };
+    Some((start, end))
+}
+
+/// `SELECT cols FROM t WHERE <key equality prefix [and a range]>`: the
+/// result (a point read, or a scan of the key range), or `None` if the
 /// query is not of that form.
 pub(crate) fn point_select(
     ctx: &StatementContext,
@@ -257,10 +364,9 @@ pub(crate) fn point_select(
     if names.windows(2).any(|w| w[0] == w[1]) {
         return Ok(None);
     }
-    let key_vals = match match_key(table, &qualifiers, Some(selection)) {
+    let range = match match_key_range(table, &qualifiers, Some(selection)) {
         None => return Ok(None),
-        Some(KeyMatch::Nothing) => None,
-        Some(KeyMatch::Point(v)) => Some(v),
+        Some(r) => r,
     };
     let full = table_schema(table, true);
     let fields: Vec<Field> = out
@@ -271,31 +377,78 @@ pub(crate) fn point_select(
         })
         .collect();
     let schema = Arc::new(Schema::new(fields));
-    let row = match key_vals {
-        None => None,
-        Some(kv) => {
-            let Ok(key) = catalog.encode_key(&table.name, &kv) else {
+    let rows: Vec<Vec<Value>> = match range {
+        KeyRange::Nothing => Vec::new(),
+        KeyRange::Scan { eq, lower, upper }
+            if lower.is_none() && upper.is_none() && eq.len() == table.primary_key.len() =>
+        {
+            // One row: a point read.
+            let Ok(key) = catalog.encode_key(&table.name, &eq) else {
                 return Ok(None);
             };
             let stored = crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?;
             match stored {
-                None => None,
-                Some(v) => Some(crate::dml::stored_row(table, &kv, &v)?),
+                None => Vec::new(),
+                Some(v) => vec![crate::dml::stored_row(table, &eq, &v)?],
             }
         }
-    };
-    let batches = match row {
-        None => Vec::new(),
-        Some(row) => {
-            let arrays = out
-                .iter()
-                .map(|(i, _)| build_array(&table.columns[*i].data_type, &[&row[*i]]))
-                .collect::<Result<Vec<_>>>()?;
-            vec![RecordBatch::try_new(schema.clone(), arrays)
-                .map_err(|e| Error::Internal(format!("point select batch: {e}")))?]
+        KeyRange::Scan { eq, lower, upper } => {
+            let chain = catalog.ancestry(&table.name)?;
+            let Some((start, end)) =
+                scan_bounds(&catalog, &chain, &eq, lower.as_ref(), upper.as_ref())
+            else {
+                return Ok(None);
+            };
+            crate::blocking(|| scan_rows(ctx, &chain, table, &start, end.as_deref()))?
         }
     };
+    let batches = if rows.is_empty() {
+        Vec::new()
+    } else {
+        let arrays = out
+            .iter()
+            .map(|(i, _)| {
+                let vals: Vec<&Value> = rows.iter().map(|r| &r[*i]).collect();
+                build_array(&table.columns[*i].data_type, &vals)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        vec![RecordBatch::try_new(schema.clone(), arrays)
+            .map_err(|e| Error::Internal(format!("key select batch: {e}")))?]
+    };
     Ok(Some(Output::Rows { schema, batches }))
+}
+
+/// The rows of `table` in `[start, end)`, in key order, jumping over the
+/// descendants of each row (as the general scan does).
+fn scan_rows(
+    ctx: &StatementContext,
+    chain: &[&Table],
+    table: &Table,
+    start: &[u8],
+    end: Option<&[u8]>,
+) -> Result<Vec<Vec<Value>>> {
+    let txn = ctx.lock()?;
+    let mut iter = txn.scan(start, end);
+    let mut rows = Vec::new();
+    let mut last: Vec<u8> = Vec::new();
+    while let Some(item) = iter.next() {
+        let (key, value) = item?;
+        match Catalog::decode_key(chain, &key)? {
+            Some(kv) => {
+                rows.push(crate::dml::stored_row(table, &kv, &value)?);
+                last.clear();
+                last.extend_from_slice(&key);
+            }
+            None if !last.is_empty() && key.starts_with(&last) => {
+                match spindle_keys::key::prefix_end(&last) {
+                    Some(e) => iter.seek(&e),
+                    None => break,
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(rows)
 }
 
 /// Evaluates an UPDATE's SET value over the row's current values, for the
