@@ -160,6 +160,23 @@ fn cast_literal(v: Value, ty: &ast::DataType) -> Option<Value> {
     }
 }
 
+/// `now()`, `current_timestamp` or `current_timestamp()`.
+fn is_now(e: &ast::Expr) -> bool {
+    let ast::Expr::Function(f) = e else {
+        return false;
+    };
+    let name = f.name.to_string().to_ascii_lowercase();
+    let no_args = match &f.args {
+        ast::FunctionArguments::None => true,
+        ast::FunctionArguments::List(l) => l.args.is_empty() && l.clauses.is_empty(),
+        ast::FunctionArguments::Subquery(_) => false,
+    };
+    no_args
+        && f.filter.is_none()
+        && f.over.is_none()
+        && (name == "now" || name == "current_timestamp")
+}
+
 fn is_default_keyword(e: &ast::Expr) -> bool {
     matches!(e, ast::Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"))
 }
@@ -276,6 +293,7 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
         .source
         .ok_or_else(|| Error::Unsupported("INSERT without VALUES or a query".into()))?;
     let mut rows: Vec<Vec<Option<Value>>> = Vec::new();
+    let mut now: Option<i64> = None;
     let simple_values =
         source.with.is_none() && source.order_by.is_none() && source.limit_clause.is_none();
     match source.body.as_ref() {
@@ -289,6 +307,11 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
                 for (i, e) in r.iter().enumerate() {
                     if is_default_keyword(e) {
                         out.push(None);
+                    } else if is_now(e) {
+                        // What DataFusion's now() folds to: the statement's
+                        // start (one instant for all its rows).
+                        let t = *now.get_or_insert_with(|| crate::session::now_micros() as i64);
+                        out.push(Some(Value::Timestamp(t)));
                     } else if let Some(v) = literal_value(e) {
                         out.push(Some(v));
                     } else {
