@@ -52,6 +52,8 @@ pub enum Error {
     Sled(#[from] sled::Error),
     #[error("corrupt storage: {0}")]
     Corrupt(String),
+    #[error("storage I/O error: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -69,6 +71,11 @@ pub struct Store {
     /// Highest timestamp whose commit is fully applied; readers use it.
     visible_ts: AtomicU64,
     temporary: bool,
+    /// sled's log file, for `fdatasync` after each flush: sled makes its
+    /// writes with `sync_file_range`, which neither flushes the disk's
+    /// write cache nor the file's metadata, so a power failure could lose
+    /// an acknowledged commit. `None` for temporary stores.
+    log_file: Option<std::fs::File>,
 }
 
 impl Store {
@@ -78,7 +85,9 @@ impl Store {
             .path(path)
             .mode(sled::Mode::HighThroughput)
             .open()?;
-        Self::from_db(db, false)
+        let mut store = Self::from_db(db, false)?;
+        store.log_file = Some(std::fs::File::open(path.join("db"))?);
+        Ok(store)
     }
 
     /// A store that lives in a temporary directory removed on drop.
@@ -101,6 +110,7 @@ impl Store {
             db,
             visible_ts: AtomicU64::new(last),
             temporary,
+            log_file: None,
         })
     }
 
@@ -131,10 +141,7 @@ impl Store {
     /// Applies one batch atomically, then flushes it to disk.
     pub fn apply(&self, batch: Batch) -> Result<()> {
         self.db.apply_batch(batch.inner)?;
-        if !self.temporary {
-            self.db.flush()?;
-        }
-        Ok(())
+        self.flush()
     }
 
     /// Applies one batch atomically without waiting for the disk; a later
@@ -144,10 +151,14 @@ impl Store {
         Ok(())
     }
 
-    /// Makes everything applied so far durable.
+    /// Makes everything applied so far durable: sled writes its log, then
+    /// `fdatasync` flushes it through the disk's cache.
     pub fn flush(&self) -> Result<()> {
         if !self.temporary {
             self.db.flush()?;
+            if let Some(f) = &self.log_file {
+                f.sync_data()?;
+            }
         }
         Ok(())
     }
