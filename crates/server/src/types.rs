@@ -7,7 +7,7 @@
 //! | FLOAT64   | Float64                    | float8 (701)           |
 //! | BOOL      | Boolean                    | bool (16)              |
 //! | STRING    | Utf8                       | text (25)              |
-//! | JSON      | Utf8 + field metadata      | jsonb (3802)           |
+//! | JSON      | Utf8 + `arrow.json` ext.   | jsonb (3802)           |
 //! | BYTES     | Binary                     | bytea (17)             |
 //! | DATE      | Date32                     | date (1082)            |
 //! | TIMESTAMP | Timestamp(µs, "UTC")       | timestamptz (1184)     |
@@ -38,11 +38,7 @@ const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// The PostgreSQL type a result column is described with.
 pub fn pg_type(field: &Field) -> Type {
-    if field
-        .metadata()
-        .get(spindle_sql::types::TYPE_METADATA_KEY)
-        .is_some_and(|t| t == "JSON")
-    {
+    if spindle_sql::types::is_json_field(field) {
         return Type::JSONB;
     }
     arrow_pg_type(field.data_type())

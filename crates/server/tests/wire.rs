@@ -21,6 +21,7 @@ async fn start(password: Option<&str>) -> SocketAddr {
         "127.0.0.1:0".parse().unwrap(),
         spindle_server::Config {
             password: password.map(str::to_string),
+            ..Default::default()
         },
     )
     .await
@@ -925,7 +926,31 @@ async fn json_columns_are_described_as_jsonb() {
         types("SELECT id, spec FROM parts").await,
         vec![Type::INT8, Type::JSONB]
     );
+    assert_eq!(
+        types("SELECT j FROM (SELECT info AS j FROM docs) AS sub").await,
+        vec![Type::JSONB]
+    );
     assert_eq!(Type::JSONB.oid(), 3802);
+    // Only the column itself is jsonb: a cast to text, or any other
+    // expression over it, is text (and a cast inside a subquery stays so).
+    for sql in [
+        "SELECT CAST(info AS text) FROM docs",
+        "SELECT info::text FROM docs",
+        "SELECT info::varchar AS v FROM docs",
+        "SELECT TRY_CAST(info AS text) FROM docs",
+        "SELECT t FROM (SELECT info::text AS t FROM docs) AS sub",
+        "SELECT coalesce(info::text, 'none') FROM docs",
+        "SELECT CASE WHEN id = 1 THEN info END FROM docs",
+    ] {
+        assert_eq!(types(sql).await, vec![Type::TEXT], "{sql}");
+    }
+    let row = client
+        .query_one("SELECT info::text AS t, info FROM docs WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.columns()[0].type_().oid(), Type::TEXT.oid());
+    assert_eq!(row.columns()[1].type_().oid(), 3802);
+    assert_eq!(row.get::<_, String>(0), "{\"a\":[1,2]}");
 
     // Values in binary (jsonb's version byte + text) and text format.
     let rows = client

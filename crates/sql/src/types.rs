@@ -43,13 +43,33 @@ pub fn arrow_type(t: &DataType) -> ArrowType {
     }
 }
 
-/// Field metadata that marks a `Utf8` column as Spindle's JSON (the wire
-/// server describes such columns as `jsonb`).
-pub const TYPE_METADATA_KEY: &str = "spindle.type";
+/// The field metadata key that marks a `Utf8` column as Spindle's JSON:
+/// Arrow's extension type name (`ARROW:extension:name`), with the value
+/// [`JSON_EXTENSION_NAME`], Arrow's canonical JSON extension type. The wire
+/// server describes such columns as `jsonb`.
+///
+/// DataFusion keeps field metadata through column references, aliases,
+/// projections, joins and subqueries, but drops the extension type keys
+/// when an expression casts the column (`CAST(j AS text)`, `j::text`) and
+/// gives function results fresh metadata, so only a column that *is* a
+/// JSON column carries the mark.
+/// (Arrow's `extension::EXTENSION_TYPE_NAME_KEY`, which `arrow` does not
+/// re-export.)
+pub const TYPE_METADATA_KEY: &str = "ARROW:extension:name";
+
+/// The value of [`TYPE_METADATA_KEY`] on JSON columns.
+pub const JSON_EXTENSION_NAME: &str = "arrow.json";
+
+/// Whether a result field is a JSON column (see [`TYPE_METADATA_KEY`]).
+pub fn is_json_field(field: &Field) -> bool {
+    field
+        .metadata()
+        .get(TYPE_METADATA_KEY)
+        .is_some_and(|t| t == JSON_EXTENSION_NAME)
+}
 
 /// The Arrow schema of a table (hidden columns only when asked for). JSON
-/// columns carry `spindle.type=JSON` metadata ([`TYPE_METADATA_KEY`]),
-/// which DataFusion keeps through projections.
+/// columns carry the JSON extension type mark ([`TYPE_METADATA_KEY`]).
 pub fn table_schema(table: &Table, include_hidden: bool) -> SchemaRef {
     let fields: Vec<Field> = table
         .columns
@@ -60,7 +80,7 @@ pub fn table_schema(table: &Table, include_hidden: bool) -> SchemaRef {
             if matches!(c.data_type, DataType::Json) {
                 f.with_metadata(std::collections::HashMap::from([(
                     TYPE_METADATA_KEY.to_string(),
-                    "JSON".to_string(),
+                    JSON_EXTENSION_NAME.to_string(),
                 )]))
             } else {
                 f
