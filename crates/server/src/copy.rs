@@ -3,15 +3,20 @@
 //!
 //! ```text
 //! COPY … FROM STDIN   (Query, or Parse/Bind/Execute)
-//!   ├─ the target's columns are described (42P01 / 42703 before any data)
-//!   ├─ CopyInResponse; CopyData is buffered in Conn::copy_in
-//!   └─ CopyDone: the data is split into rows (text or CSV rules, 22P04 on a
-//!        bad row), then inserted by INSERT … VALUES statements of 1000
-//!        rows through the session — the normal DML path, so keys (23505),
-//!        interleave parents (23503), NOT NULL and types (22P02) are checked.
-//!        Outside a transaction block the whole COPY is one transaction
-//!        (BEGIN … COMMIT, retried on 40001); inside one it joins it.
-//!        A failing COPY writes nothing. Tag `COPY n`.
+//!   ├─ the target's columns are described (42P01 / 42703 before any data);
+//!   │    outside a transaction block the COPY BEGINs its own transaction
+//!   ├─ CopyInResponse
+//!   ├─ CopyData (streamed): a Reader keeps only the unfinished last row,
+//!   │    splits complete rows (text or CSV rules, 22P04 on a bad row) and
+//!   │    every 1000 rows go into the transaction as one INSERT … VALUES
+//!   │    through the session — the normal DML path, so keys (23505),
+//!   │    interleave parents (23503), NOT NULL and types (22P02) are checked.
+//!   │    The first error ends the loading (the rest is ignored) and is
+//!   │    reported at CopyDone, as PostgreSQL does.
+//!   └─ CopyDone: the last rows, then COMMIT of the COPY's own transaction
+//!        (retried on 40001 from the kept data when it was at most
+//!        COPY_RETRY_BYTES), or the open block goes on. A failing COPY
+//!        writes nothing. Tag `COPY n`.
 //! COPY … TO STDOUT
 //!   └─ the query (or SELECT cols FROM table) runs through the session;
 //!        CopyOutResponse, one CopyData per row, CopyDone, `COPY n`
@@ -22,6 +27,12 @@
 //! `FORCE_NULL (cols)`, `ENCODING 'UTF8'`, `FREEZE` (ignored), and the old
 //! spellings (`CSV HEADER`, `DELIMITER AS ','`, `NULL AS ''`). The binary
 //! format and server-side files or programs are refused (0A000).
+//!
+//! Memory: the server holds at most one unfinished row of raw data (a row
+//! longer than [`MAX_COPY_ROW_BYTES`] fails with 54000), one batch of
+//! parsed rows, and — for the retry — up to `COPY_RETRY_BYTES` of raw data.
+//! The rows inserted so far live in the transaction's write buffer until
+//! COMMIT, as for any INSERT.
 
 use datafusion::sql::sqlparser::ast;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -46,6 +57,16 @@ use crate::handler::{status, to_pg, Handler};
 
 /// Rows per INSERT statement when loading COPY data.
 pub(crate) const INSERT_BATCH: usize = 1000;
+
+/// The longest row of COPY data (a line, or a CSV record with quoted
+/// newlines) the server buffers while waiting for its end; a longer one
+/// fails the COPY with SQLSTATE 54000.
+pub const MAX_COPY_ROW_BYTES: usize = 64 << 20;
+
+/// A COPY outside a transaction block keeps its raw data while it is at
+/// most this large, so that a serialization conflict (40001) at COMMIT can
+/// be retried; a larger COPY reports the conflict.
+const COPY_RETRY_BYTES: usize = 8 << 20;
 
 /// A parsed COPY statement.
 #[derive(Debug, Clone)]
@@ -393,17 +414,86 @@ pub(crate) fn insert_rows(template: &ast::Insert, rows: &[Vec<Option<String>>]) 
 // ---------------------------------------------------------------------------
 // The protocol
 
-/// A `COPY … FROM STDIN` waiting for its data.
+/// A `COPY … FROM STDIN` receiving its data.
 pub(crate) struct Pending {
     table: String,
-    columns: Vec<String>,
-    format: Format,
     template: ast::Insert,
-    data: Vec<u8>,
+    reader: Reader,
+    /// Parsed rows waiting for a full batch (fewer than [`INSERT_BATCH`]).
+    rows: Vec<Row>,
+    /// Rows inserted so far.
+    inserted: u64,
+    /// The COPY began its own transaction (it is not in a block).
+    own_txn: bool,
+    /// All data so far, for a retry, while at most [`COPY_RETRY_BYTES`].
+    retained: Option<Vec<u8>>,
+    /// The first error; the data after it is ignored. Reported at CopyDone.
+    error: Option<Error>,
+}
+
+impl Pending {
+    /// Takes one CopyData: complete rows are parsed, full batches inserted.
+    async fn feed(&mut self, session: &mut Session, data: &[u8]) -> Result<(), Error> {
+        if let Some(kept) = &mut self.retained {
+            if kept.len() + data.len() <= COPY_RETRY_BYTES {
+                kept.extend_from_slice(data);
+            } else {
+                self.retained = None;
+            }
+        }
+        let rows = self.reader.push(data)?;
+        self.rows.extend(rows);
+        while self.rows.len() >= INSERT_BATCH {
+            let batch: Vec<Row> = self.rows.drain(..INSERT_BATCH).collect();
+            self.inserted += insert_all(session, &self.template, &batch).await?;
+        }
+        Ok(())
+    }
+
+    /// The end of the data: the last rows are parsed and inserted.
+    async fn flush(&mut self, session: &mut Session) -> Result<(), Error> {
+        let rows = self.reader.finish()?;
+        self.rows.extend(rows);
+        let rows = std::mem::take(&mut self.rows);
+        self.inserted += insert_all(session, &self.template, &rows).await?;
+        Ok(())
+    }
+
+    /// Stops loading after an error: the COPY's own transaction is rolled
+    /// back (a transaction block fails), the buffers are dropped.
+    async fn abandon(&mut self, session: &mut Session) {
+        if self.own_txn && session.in_transaction() {
+            let _ = session.execute_statement(Statement::Rollback).await;
+        }
+        session.fail();
+        self.rows = Vec::new();
+        self.retained = None;
+        self.reader.discard();
+    }
+
+    /// Loads the kept data again, in a new transaction (after a conflict).
+    async fn reload(&mut self, session: &mut Session, data: &[u8]) -> Result<(), Error> {
+        session
+            .execute_statement(Statement::Begin { read_only: false })
+            .await?;
+        self.reader = self.reader.restart();
+        self.rows.clear();
+        self.inserted = 0;
+        self.retained = None;
+        let r = async {
+            self.feed(session, data).await?;
+            self.flush(session).await
+        }
+        .await;
+        if r.is_err() {
+            let _ = session.execute_statement(Statement::Rollback).await;
+        }
+        r
+    }
 }
 
 /// Attempts for a COPY FROM outside a transaction block that hits a
-/// serialization conflict at commit (the data is still in memory).
+/// serialization conflict at commit (when its data was kept).
 const COPY_ATTEMPTS: usize = 5;
 
 /// Checks a COPY when it is prepared (Parse), as PostgreSQL does: the
@@ -476,7 +566,7 @@ impl Handler {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
-        let n = pending.columns.len();
+        let n = pending.reader.columns.len();
         *self.conn.copy_in.lock().await = Some(pending);
         client.set_state(PgWireConnectionState::CopyInProgress(extended));
         client
@@ -559,39 +649,51 @@ impl Handler {
             .ok_or_else(|| Error::Internal(format!("COPY target {name} has no columns")))?;
         let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let template = insert_template(&name, &columns)?;
-        Ok(Pending {
-            table: name,
-            columns,
-            format: spec.format,
-            template,
-            data: Vec::new(),
-        })
-    }
-
-    /// Inserts a finished COPY FROM's rows: one transaction, or the open
-    /// transaction block. Returns the number of rows.
-    async fn finish_copy_in(session: &mut Session, p: &Pending) -> Result<u64, Error> {
-        let rows = parse_rows(&p.data, &p.format, &p.table, &p.columns)?;
-        if session.in_transaction() {
-            return insert_all(session, &p.template, &rows).await;
-        }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        let reader = Reader::new(spec.format, &name, columns)?;
+        // Outside a transaction block the COPY is one transaction of its
+        // own, begun now: rows go into it as they arrive.
+        let own_txn = !session.in_transaction();
+        if own_txn {
             session
                 .execute_statement(Statement::Begin { read_only: false })
                 .await?;
-            let n = match insert_all(session, &p.template, &rows).await {
-                Ok(n) => n,
-                Err(e) => {
-                    let _ = session.execute_statement(Statement::Rollback).await;
-                    return Err(e);
-                }
-            };
+        }
+        Ok(Pending {
+            table: name,
+            template,
+            reader,
+            rows: Vec::new(),
+            inserted: 0,
+            own_txn,
+            retained: own_txn.then(Vec::new),
+            error: None,
+        })
+    }
+
+    /// Finishes a COPY FROM at CopyDone: the last rows, then the COMMIT
+    /// of its own transaction (retried on 40001 when the data was kept).
+    /// Returns the number of rows.
+    async fn finish_copy_in(session: &mut Session, p: &mut Pending) -> Result<u64, Error> {
+        if let Some(e) = p.error.take() {
+            return Err(e);
+        }
+        if let Err(e) = p.flush(session).await {
+            p.abandon(session).await;
+            return Err(e);
+        }
+        if !p.own_txn {
+            return Ok(p.inserted);
+        }
+        let mut attempt = 1;
+        loop {
             match session.execute_statement(Statement::Commit).await {
-                Ok(_) => return Ok(n),
-                Err(e) if e.is_retryable() && attempt < COPY_ATTEMPTS => {
+                Ok(_) => return Ok(p.inserted),
+                Err(e) if e.is_retryable() && attempt < COPY_ATTEMPTS && p.retained.is_some() => {
+                    let data = p.retained.take().unwrap_or_default();
                     tokio::time::sleep(std::time::Duration::from_millis(5 * attempt as u64)).await;
+                    attempt += 1;
+                    p.reload(session, &data).await?;
+                    p.retained = Some(data);
                 }
                 Err(e) => return Err(e),
             }
@@ -626,8 +728,21 @@ impl CopyHandler for Handler {
     {
         // Errors wait for CopyDone: PostgreSQL reports them once, after
         // the client has finished sending.
-        if let Some(p) = self.conn.copy_in.lock().await.as_mut() {
-            p.data.extend_from_slice(&copy_data.data);
+        let mut session = self.conn.session.lock().await;
+        let mut copy_in = self.conn.copy_in.lock().await;
+        let Some(p) = copy_in.as_mut() else {
+            return Ok(());
+        };
+        if p.error.is_some() {
+            return Ok(());
+        }
+        let r = {
+            let _running = self.conn.shared.in_flight.read().await;
+            p.feed(&mut session, &copy_data.data).await
+        };
+        if let Err(e) = r {
+            p.abandon(&mut session).await;
+            p.error = Some(e);
         }
         Ok(())
     }
@@ -638,7 +753,8 @@ impl CopyHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let Some(pending) = self.conn.copy_in.lock().await.take() else {
+        let mut session = self.conn.session.lock().await;
+        let Some(mut pending) = self.conn.copy_in.lock().await.take() else {
             return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
                 "ERROR".into(),
                 "08P01".into(),
@@ -653,11 +769,12 @@ impl CopyHandler for Handler {
             ms = tracing::field::Empty
         );
         let start = std::time::Instant::now();
-        let _running = self.conn.shared.in_flight.read().await;
-        let mut session = self.conn.session.lock().await;
-        let r = Self::finish_copy_in(&mut session, &pending)
-            .instrument(span.clone())
-            .await;
+        let r = {
+            let _running = self.conn.shared.in_flight.read().await;
+            Self::finish_copy_in(&mut session, &mut pending)
+                .instrument(span.clone())
+                .await
+        };
         span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
         if r.is_err() {
             session.fail();
@@ -683,9 +800,11 @@ impl CopyHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        self.conn.copy_in.lock().await.take();
         let mut session = self.conn.session.lock().await;
-        session.fail();
+        match self.conn.copy_in.lock().await.take() {
+            Some(mut p) => p.abandon(&mut session).await,
+            None => session.fail(),
+        }
         client.set_transaction_status(status(&session));
         to_pg(&Error::QueryCanceled(format!(
             "COPY from stdin failed: {}",
@@ -700,81 +819,272 @@ impl CopyHandler for Handler {
 /// One row of COPY data: a text value per column, `None` for NULL.
 pub(crate) type Row = Vec<Option<String>>;
 
-/// Splits COPY data into rows of `columns.len()` fields.
+/// Splits COPY data into rows as it arrives: [`Reader::push`] returns the
+/// complete rows and keeps only the unfinished last one (at most
+/// [`MAX_COPY_ROW_BYTES`]); [`Reader::finish`] returns the rest.
+pub(crate) struct Reader {
+    format: Format,
+    table: String,
+    pub(crate) columns: Vec<String>,
+    force_null: Vec<bool>,
+    force_not_null: Vec<bool>,
+    max_row: usize,
+    /// Data not yet split: the beginning of an unfinished row.
+    buf: Vec<u8>,
+    /// How much of `buf` has been scanned for the end of a row, and
+    /// (CSV) whether that point is inside quotes.
+    scanned: usize,
+    in_quotes: bool,
+    /// Lines before `buf` (for error messages).
+    lines: usize,
+    /// HEADER: the first row is still to be skipped.
+    header_pending: bool,
+    /// `\.` was read, or loading stopped: the rest is ignored.
+    ended: bool,
+}
+
+impl Reader {
+    /// A reader for rows of `columns` (FORCE_NULL / FORCE_NOT_NULL must
+    /// name some of them: 42703).
+    pub fn new(format: Format, table: &str, columns: Vec<String>) -> Result<Reader, Error> {
+        let flags = |names: &[String]| -> Result<Vec<bool>, Error> {
+            for n in names {
+                if !columns.contains(n) {
+                    return Err(Error::Catalog(spindle_catalog::Error::NoSuchColumn(
+                        n.clone(),
+                        table.to_string(),
+                    )));
+                }
+            }
+            Ok(columns.iter().map(|c| names.contains(c)).collect())
+        };
+        let force_null = flags(&format.force_null)?;
+        let force_not_null = flags(&format.force_not_null)?;
+        Ok(Reader {
+            header_pending: format.header,
+            format,
+            table: table.to_string(),
+            columns,
+            force_null,
+            force_not_null,
+            max_row: MAX_COPY_ROW_BYTES,
+            buf: Vec::new(),
+            scanned: 0,
+            in_quotes: false,
+            lines: 0,
+            ended: false,
+        })
+    }
+
+    /// A new reader with the same settings, at the start of the data.
+    pub fn restart(&self) -> Reader {
+        Reader {
+            format: self.format.clone(),
+            table: self.table.clone(),
+            columns: self.columns.clone(),
+            force_null: self.force_null.clone(),
+            force_not_null: self.force_not_null.clone(),
+            max_row: self.max_row,
+            buf: Vec::new(),
+            scanned: 0,
+            in_quotes: false,
+            lines: 0,
+            header_pending: self.format.header,
+            ended: false,
+        }
+    }
+
+    /// Drops the buffered data and ignores whatever comes after.
+    pub fn discard(&mut self) {
+        self.buf = Vec::new();
+        self.scanned = 0;
+        self.ended = true;
+    }
+
+    /// Bytes held for an unfinished row.
+    #[cfg(test)]
+    fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Takes more data; returns the rows it completes.
+    pub fn push(&mut self, data: &[u8]) -> Result<Vec<Row>, Error> {
+        if self.ended {
+            return Ok(Vec::new());
+        }
+        self.buf.extend_from_slice(data);
+        let cut = self.scan();
+        let rows = if cut > 0 {
+            let chunk: Vec<u8> = self.buf.drain(..cut).collect();
+            self.scanned -= cut;
+            self.rows(&chunk)?
+        } else {
+            Vec::new()
+        };
+        if !self.ended && self.buf.len() > self.max_row {
+            return Err(Error::LimitExceeded(format!(
+                "COPY row is longer than the limit of {} bytes (COPY {}, line {})",
+                self.max_row,
+                self.table,
+                self.lines + 1
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// The end of the data: the rows still buffered.
+    pub fn finish(&mut self) -> Result<Vec<Row>, Error> {
+        if self.ended {
+            return Ok(Vec::new());
+        }
+        let chunk = std::mem::take(&mut self.buf);
+        self.scanned = 0;
+        let rows = self.rows(&chunk)?;
+        self.ended = true;
+        Ok(rows)
+    }
+
+    /// Scans `buf` from where the last scan stopped; returns the length of
+    /// its complete rows (up to and including the last newline that ends
+    /// a row), 0 if there is none.
+    fn scan(&mut self) -> usize {
+        let b = &self.buf;
+        let from = self.scanned;
+        if !self.format.csv {
+            self.scanned = b.len();
+            return b[from..]
+                .iter()
+                .rposition(|&c| c == b'\n')
+                .map_or(0, |p| from + p + 1);
+        }
+        // CSV: a newline inside quotes does not end a row. Quote and escape
+        // are ASCII (checked by parse_format), so bytes suffice.
+        let (quote, escape) = (self.format.quote as u8, self.format.escape as u8);
+        let mut cut = 0;
+        let mut i = from;
+        while i < b.len() {
+            let c = b[i];
+            if !self.in_quotes {
+                if c == quote {
+                    self.in_quotes = true;
+                } else if c == b'\n' {
+                    cut = i + 1;
+                }
+                i += 1;
+                continue;
+            }
+            if c == escape || c == quote {
+                // An escaped quote or escape (`""` when they are the same)
+                // stays inside quotes; the byte after decides.
+                let Some(&next) = b.get(i + 1) else {
+                    break;
+                };
+                if c == escape && (next == quote || next == escape) {
+                    i += 2;
+                    continue;
+                }
+                if c == quote {
+                    self.in_quotes = false;
+                }
+            }
+            i += 1;
+        }
+        self.scanned = i;
+        cut
+    }
+
+    /// Splits complete rows (`chunk` ends at a row's end, or is the last
+    /// data) into values.
+    fn rows(&mut self, chunk: &[u8]) -> Result<Vec<Row>, Error> {
+        let Reader {
+            format: f,
+            table,
+            columns,
+            force_null,
+            force_not_null,
+            lines,
+            header_pending,
+            ..
+        } = self;
+        let table = table.as_str();
+        let first = *lines;
+        let text = std::str::from_utf8(chunk).map_err(|e| {
+            let line = chunk[..e.valid_up_to()]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count()
+                + 1;
+            Error::InvalidEncoding(format!(
+                "invalid byte sequence for encoding \"UTF8\" (COPY {table}, line {})",
+                first + line
+            ))
+        })?;
+        let (records, ended) = if f.csv {
+            split_csv(text, f)
+        } else {
+            split_text(text, f)
+        }
+        .map_err(|(line, m)| bad_row(m, table, first + line))?;
+        *lines += chunk.iter().filter(|b| **b == b'\n').count();
+        let mut rows = Vec::with_capacity(records.len());
+        for rec in records {
+            if std::mem::take(header_pending) {
+                continue;
+            }
+            let line = first + rec.line;
+            if rec.fields.len() > columns.len() {
+                return Err(bad_row(
+                    "extra data after last expected column".into(),
+                    table,
+                    line,
+                ));
+            }
+            if rec.fields.len() < columns.len() {
+                return Err(bad_row(
+                    format!("missing data for column \"{}\"", columns[rec.fields.len()]),
+                    table,
+                    line,
+                ));
+            }
+            let mut row = Vec::with_capacity(columns.len());
+            for (c, field) in rec.fields.into_iter().enumerate() {
+                let is_null = if f.csv {
+                    field.raw == f.null
+                        && ((!field.quoted && !force_not_null[c])
+                            || (field.quoted && force_null[c]))
+                } else {
+                    field.raw == f.null
+                };
+                if is_null {
+                    row.push(None);
+                } else if f.csv {
+                    row.push(Some(field.raw));
+                } else {
+                    row.push(Some(
+                        unescape_text(&field.raw).map_err(|m| bad_value(m, table, line))?,
+                    ));
+                }
+            }
+            rows.push(row);
+        }
+        if ended {
+            self.discard();
+        }
+        Ok(rows)
+    }
+}
+
+/// Splits all of `data` into rows of `columns.len()` fields.
+#[cfg(test)]
 pub(crate) fn parse_rows(
     data: &[u8],
     f: &Format,
     table: &str,
     columns: &[String],
 ) -> Result<Vec<Row>, Error> {
-    let text = std::str::from_utf8(data).map_err(|e| {
-        let line = data[..e.valid_up_to()]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count()
-            + 1;
-        Error::InvalidEncoding(format!(
-            "invalid byte sequence for encoding \"UTF8\" (COPY {table}, line {line})"
-        ))
-    })?;
-    let flags = |names: &[String]| -> Result<Vec<bool>, Error> {
-        for n in names {
-            if !columns.contains(n) {
-                return Err(Error::Catalog(spindle_catalog::Error::NoSuchColumn(
-                    n.clone(),
-                    table.to_string(),
-                )));
-            }
-        }
-        Ok(columns.iter().map(|c| names.contains(c)).collect())
-    };
-    let force_null = flags(&f.force_null)?;
-    let force_not_null = flags(&f.force_not_null)?;
-    let records = if f.csv {
-        split_csv(text, f).map_err(|(line, m)| bad_row(m, table, line))?
-    } else {
-        split_text(text, f).map_err(|(line, m)| bad_row(m, table, line))?
-    };
-    let mut rows = Vec::with_capacity(records.len());
-    for (i, rec) in records.into_iter().enumerate() {
-        if i == 0 && f.header {
-            continue;
-        }
-        let line = rec.line;
-        if rec.fields.len() > columns.len() {
-            return Err(bad_row(
-                "extra data after last expected column".into(),
-                table,
-                line,
-            ));
-        }
-        if rec.fields.len() < columns.len() {
-            return Err(bad_row(
-                format!("missing data for column \"{}\"", columns[rec.fields.len()]),
-                table,
-                line,
-            ));
-        }
-        let mut row = Vec::with_capacity(columns.len());
-        for (c, field) in rec.fields.into_iter().enumerate() {
-            let is_null = if f.csv {
-                field.raw == f.null
-                    && ((!field.quoted && !force_not_null[c]) || (field.quoted && force_null[c]))
-            } else {
-                field.raw == f.null
-            };
-            if is_null {
-                row.push(None);
-            } else if f.csv {
-                row.push(Some(field.raw));
-            } else {
-                row.push(Some(
-                    unescape_text(&field.raw).map_err(|m| bad_value(m, table, line))?,
-                ));
-            }
-        }
-        rows.push(row);
-    }
+    let mut r = Reader::new(f.clone(), table, columns.to_vec())?;
+    let mut rows = r.push(data)?;
+    rows.extend(r.finish()?);
     Ok(rows)
 }
 
@@ -802,7 +1112,7 @@ struct Record {
 
 /// Text format: a row per line (`\n` or `\r\n`), fields split at
 /// unescaped delimiters, `\.` alone on a line ends the data.
-fn split_text(data: &str, f: &Format) -> Result<Vec<Record>, (usize, String)> {
+fn split_text(data: &str, f: &Format) -> Result<(Vec<Record>, bool), (usize, String)> {
     let mut out = Vec::new();
     let lines: Vec<&str> = data.split('\n').collect();
     let n = lines.len();
@@ -812,7 +1122,7 @@ fn split_text(data: &str, f: &Format) -> Result<Vec<Record>, (usize, String)> {
         }
         let line = raw.strip_suffix('\r').unwrap_or(raw);
         if line == "\\." {
-            break;
+            return Ok((out, true));
         }
         let mut fields = Vec::new();
         let mut cur = String::new();
@@ -841,7 +1151,7 @@ fn split_text(data: &str, f: &Format) -> Result<Vec<Record>, (usize, String)> {
             fields,
         });
     }
-    Ok(out)
+    Ok((out, false))
 }
 
 /// Text format escapes: `\b \f \n \r \t \v`, octal `\NNN`, hex `\xNN`, and
@@ -903,7 +1213,7 @@ fn unescape_text(s: &str) -> Result<String, String> {
 /// CSV: fields split at delimiters outside quotes, quoted fields may hold
 /// delimiters and newlines, the escape character (the quote by default)
 /// escapes a quote inside quotes; `\.` alone on a line ends the data.
-fn split_csv(data: &str, f: &Format) -> Result<Vec<Record>, (usize, String)> {
+fn split_csv(data: &str, f: &Format) -> Result<(Vec<Record>, bool), (usize, String)> {
     let mut out = Vec::new();
     let mut chars = data.chars().peekable();
     let mut line = 1;
@@ -957,14 +1267,14 @@ fn split_csv(data: &str, f: &Format) -> Result<Vec<Record>, (usize, String)> {
         }
         fields.push(Field { raw: cur, quoted });
         if fields.len() == 1 && !fields[0].quoted && fields[0].raw == "\\." {
-            break;
+            return Ok((out, true));
         }
         out.push(Record {
             line: start,
             fields,
         });
     }
-    Ok(out)
+    Ok((out, false))
 }
 
 // ---------------------------------------------------------------------------
@@ -1242,6 +1552,141 @@ mod tests {
             parse_rows(b"1,2\n", &bad, "t", &c).unwrap_err().sqlstate(),
             "42703"
         );
+    }
+
+    /// Feeds `data` in pieces cut at `cuts`; returns the rows and the most
+    /// bytes the reader held at once.
+    fn chunked(
+        data: &[u8],
+        cuts: &[usize],
+        f: &Format,
+        c: &[String],
+    ) -> Result<(Vec<Row>, usize), Error> {
+        let mut r = Reader::new(f.clone(), "t", c.to_vec())?;
+        let mut rows = Vec::new();
+        let mut held = 0;
+        let mut at = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&data.len())) {
+            rows.extend(r.push(&data[at..cut])?);
+            held = held.max(r.buffered());
+            at = cut;
+        }
+        rows.extend(r.finish()?);
+        Ok((rows, held))
+    }
+
+    #[test]
+    fn rows_split_across_pieces_at_any_point() {
+        let c = cols(&["a", "b"]);
+        let cases: Vec<(Format, &[u8])> = vec![
+            (
+                Format::defaults(false),
+                b"1\tx\\ty\n2\t\\N\r\n3\t\xc3\xa9\\\\\n\\.\nignored\tjunk\n",
+            ),
+            (
+                Format::defaults(true),
+                b"1,\"x, \"\"y\"\"\"\r\n2,\n3,\"multi\nline \xc3\xa9\"\n4,\"\"\n\\.\n\"open",
+            ),
+            (
+                Format {
+                    escape: '\\',
+                    header: true,
+                    ..Format::defaults(true)
+                },
+                b"a,b\n\"q\\\"\n\\\\\",z\n5,\"\\\"\"",
+            ),
+        ];
+        for (f, data) in cases {
+            let whole = parse_rows(data, &f, "t", &c).unwrap();
+            assert!(whole.len() >= 2, "{whole:?}");
+            for cut in 0..=data.len() {
+                let (rows, _) = chunked(data, &[cut], &f, &c).unwrap();
+                assert_eq!(
+                    rows,
+                    whole,
+                    "cut at {cut} of {:?}",
+                    String::from_utf8_lossy(data)
+                );
+            }
+            let every: Vec<usize> = (1..data.len()).collect();
+            let (rows, held) = chunked(data, &every, &f, &c).unwrap();
+            assert_eq!(rows, whole);
+            // Only an unfinished row is held (the longest is < 24 bytes).
+            assert!(held < 24, "held {held}");
+        }
+    }
+
+    #[test]
+    fn streaming_holds_only_the_unfinished_row() {
+        let c = cols(&["a", "b"]);
+        let f = Format::defaults(false);
+        let mut r = Reader::new(f, "t", c).unwrap();
+        let mut n = 0;
+        for i in 0..10_000 {
+            n += r
+                .push(format!("{i}\tvalue {i}\n").as_bytes())
+                .unwrap()
+                .len();
+            assert_eq!(r.buffered(), 0);
+        }
+        assert_eq!(n, 10_000);
+        assert!(r.push(b"10000\tpart").unwrap().is_empty());
+        assert_eq!(r.buffered(), 10);
+        assert_eq!(r.push(b"ial\n").unwrap().len(), 1);
+        assert_eq!(r.buffered(), 0);
+        assert!(r.finish().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_row_longer_than_the_limit_fails_with_54000() {
+        let c = cols(&["a", "b"]);
+        for csv in [false, true] {
+            let mut r = Reader::new(Format::defaults(csv), "t", c.clone()).unwrap();
+            r.max_row = 100;
+            let two: &[u8] = if csv { b"1,2\n3,4\n" } else { b"1\t2\n3\t4\n" };
+            assert_eq!(r.push(two).unwrap().len(), 2);
+            // A quoted newline does not end a CSV row.
+            let long = if csv {
+                assert!(r.push(b"5,\"").unwrap().is_empty());
+                "a\n"
+            } else {
+                "aaa"
+            };
+            let e = loop {
+                match r.push(long.as_bytes()) {
+                    Ok(rows) => assert!(rows.is_empty()),
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(e.sqlstate(), "54000");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("limit of 100 bytes") && msg.contains("line 3"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_name_the_line_across_pieces() {
+        let c = cols(&["a", "b"]);
+        let f = Format::defaults(false);
+        let data = b"1\t2\n3\t4\n5\n6\t7\n";
+        for cut in 0..=data.len() {
+            let e = chunked(data, &[cut], &f, &c).unwrap_err();
+            assert_eq!(e.sqlstate(), "22P04");
+            assert!(e.to_string().contains("line 3"), "cut {cut}: {e}");
+        }
+        let f = Format::defaults(true);
+        let data = b"1,\"a\nb\"\n2,\"x\n\n";
+        for cut in 0..=data.len() {
+            let e = chunked(data, &[cut], &f, &c).unwrap_err();
+            assert!(e.to_string().contains("line 3"), "cut {cut}: {e}");
+        }
+        let data = b"1\t2\n3\t\xff\n";
+        let e = chunked(data, &[6], &Format::defaults(false), &c).unwrap_err();
+        assert_eq!(e.sqlstate(), "22021");
+        assert!(e.to_string().contains("line 2"), "{e}");
     }
 
     #[test]

@@ -489,3 +489,152 @@ async fn copy_joins_a_transaction_block() {
     );
     assert_eq!(count(&client, "singers").await, 3001);
 }
+
+/// COPY … FROM STDIN with `data` sent in pieces of `piece` bytes (cut
+/// anywhere, also inside a UTF-8 character or a quoted CSV field).
+async fn copy_in_pieces(
+    client: &Client,
+    sql: &str,
+    data: &[u8],
+    piece: usize,
+) -> Result<u64, tokio_postgres::Error> {
+    let sink = client.copy_in(sql).await?;
+    let mut sink = Box::pin(sink);
+    for chunk in data.chunks(piece) {
+        sink.feed(Bytes::copy_from_slice(chunk)).await?;
+    }
+    sink.as_mut().finish().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_in_is_streamed_in_pieces() {
+    let addr = start().await;
+    let client = connect(addr).await;
+    schema(&client).await;
+
+    // Rows cut at every kind of place, several INSERT batches.
+    let data: String = (1..=2500)
+        .map(|i| format!("{i},\"singer \"\"{i}\"\",\nnaïve ✓\",{i}.5\n"))
+        .collect();
+    for piece in [7, 4096] {
+        let n = copy_in_pieces(
+            &client,
+            "COPY singers (id, name, score) FROM STDIN (FORMAT csv)",
+            data.as_bytes(),
+            piece,
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, 2500);
+        assert_eq!(count(&client, "singers").await, 2500);
+        assert_eq!(
+            rows(&client, "SELECT name, score FROM singers WHERE id = 1234").await,
+            vec![vec!["singer \"1234\",\nnaïve ✓", "1234.5"]]
+        );
+        client.batch_execute("DELETE FROM singers").await.unwrap();
+    }
+
+    // An error after the first batches went in: nothing is written, and
+    // the first error is the one reported (the malformed rows after it
+    // are not read).
+    // (The duplicate is in the second batch, inserted once row 2000 is
+    // read; the malformed row comes later.)
+    let mut data: String = (1..=1499).map(|i| format!("{i}\tname {i}\n")).collect();
+    data.push_str("5\tduplicate\n");
+    data.extend((1501..=2500).map(|i| format!("{i}\tname {i}\n")));
+    data.push_str("not\ta\tvalid\trow\n");
+    data.extend((3000..3100).map(|i| format!("{i}\tname {i}\n")));
+    let e = copy_in_pieces(
+        &client,
+        "COPY singers (id, name) FROM STDIN",
+        data.as_bytes(),
+        1000,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505", "{e:?}");
+    assert_eq!(count(&client, "singers").await, 0);
+
+    // A malformed row far into the data names its line.
+    let mut data: String = (1..=3000).map(|i| format!("{i}\tname {i}\n")).collect();
+    data.push_str("3001\ttoo\tmany\n");
+    let e = copy_in_pieces(
+        &client,
+        "COPY singers (id, name) FROM STDIN",
+        data.as_bytes(),
+        333,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&e), "22P04", "{e:?}");
+    let msg = e.as_db_error().map(|d| d.message().to_string());
+    assert!(
+        msg.as_deref()
+            .is_some_and(|m| m.contains("line 3001") && m.contains("extra data")),
+        "{msg:?}"
+    );
+    assert_eq!(count(&client, "singers").await, 0);
+
+    // The connection is usable, outside any transaction.
+    assert_eq!(
+        rows(&client, "SELECT 'still here'").await,
+        vec![vec!["still here"]]
+    );
+    client.batch_execute("BEGIN; COMMIT").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_copy_is_retried_when_its_data_was_kept() {
+    let addr = start().await;
+    let client = connect(addr).await;
+    let other = connect(addr).await;
+    schema(&client).await;
+    client
+        .batch_execute("INSERT INTO singers (id, name) VALUES (1, 'Marc'), (2, 'Cat')")
+        .await
+        .unwrap();
+
+    // The COPY's transaction reads the parent row (interleaving); another
+    // connection updates that row and commits while the COPY is open, so
+    // the COPY's commit conflicts (40001). Its data (small) was kept: it is
+    // loaded again in a new transaction, which commits.
+    let sink = client
+        .copy_in::<_, Bytes>("COPY albums FROM STDIN")
+        .await
+        .unwrap();
+    let mut sink = Box::pin(sink);
+    let data: String = (1..=1500).map(|i| format!("1\t{i}\talbum {i}\n")).collect();
+    sink.send(Bytes::from(data)).await.unwrap();
+    other
+        .batch_execute("UPDATE singers SET name = 'Marc B' WHERE id = 1")
+        .await
+        .unwrap();
+    assert_eq!(sink.as_mut().finish().await.unwrap(), 1500);
+    assert_eq!(count(&client, "albums").await, 1500);
+
+    // The same with more than 8 MiB of data: not kept, so the conflict is
+    // reported and nothing is written.
+    let sink = client
+        .copy_in::<_, Bytes>("COPY albums FROM STDIN")
+        .await
+        .unwrap();
+    let mut sink = Box::pin(sink);
+    let title = "x".repeat(8 << 10);
+    for i in 1..=1100 {
+        sink.feed(Bytes::from(format!("2\t{i}\t{title}\n")))
+            .await
+            .unwrap();
+    }
+    other
+        .batch_execute("UPDATE singers SET name = 'Cat B' WHERE id = 2")
+        .await
+        .unwrap();
+    let e = sink.as_mut().finish().await.unwrap_err();
+    assert_eq!(sqlstate(&e), "40001", "{e:?}");
+    assert_eq!(
+        count(&client, "albums WHERE id = 2").await,
+        0,
+        "a failed COPY writes nothing"
+    );
+    assert_eq!(count(&client, "albums").await, 1500);
+}
