@@ -2,7 +2,13 @@
 //!
 //! ```text
 //! spindle serve [--data-dir DIR | --in-memory] [--listen 127.0.0.1:5433] [--password-env VAR]
+//!               [--tls-cert FILE --tls-key FILE [--require-tls]]
 //! ```
+//!
+//! With `--tls-cert` and `--tls-key` (PEM) clients may connect over TLS
+//! (`sslmode=require`); `--require-tls` refuses those that do not. The
+//! files are read before the database is opened: a missing or invalid one
+//! is an error and exit status 1.
 //!
 //! Prints `listening on ADDR` on stdout once it accepts connections.
 //! SIGINT and SIGTERM stop it gracefully: no new connections, running
@@ -38,6 +44,20 @@ pub struct ServeArgs {
     /// environment variable (without it, connections are trusted)
     #[arg(long, value_name = "VAR")]
     pub password_env: Option<String>,
+
+    /// Accept TLS connections with this PEM certificate chain (the server's
+    /// certificate first); needs --tls-key
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Refuse connections that do not use TLS (SQLSTATE 28000); needs
+    /// --tls-cert and --tls-key
+    #[arg(long, requires = "tls_cert")]
+    pub require_tls: bool,
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
@@ -54,6 +74,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let password = match &args.password_env {
         Some(var) => Some(std::env::var(var).map_err(|_| format!("${var} is not set"))?),
         None => None,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(spindle_server::Tls::from_pem_files(cert, key).map_err(|e| format!("TLS: {e}"))?)
+        }
+        // clap enforces both or neither.
+        _ => None,
     };
     if password.is_none() && !args.listen.ip().is_loopback() {
         tracing::warn!(
@@ -78,10 +105,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async move {
-        let server =
-            spindle_server::Server::bind(engine, args.listen, spindle_server::Config { password })
-                .await
-                .map_err(|e| format!("listening on {}: {e}", args.listen))?;
+        let config = spindle_server::Config {
+            password,
+            tls,
+            require_tls: args.require_tls,
+        };
+        let server = spindle_server::Server::bind(engine, args.listen, config)
+            .await
+            .map_err(|e| format!("listening on {}: {e}", args.listen))?;
         let addr = server.local_addr().map_err(|e| e.to_string())?;
         println!("listening on {addr}");
         server

@@ -66,6 +66,10 @@ pub(crate) struct Shared {
     pub engine: Arc<Engine>,
     /// When set, clients must authenticate with SCRAM-SHA-256.
     pub password: Option<String>,
+    /// The TLS certificate and key, when TLS is configured.
+    pub tls: Option<crate::Tls>,
+    /// Refuse startups that did not negotiate TLS.
+    pub require_tls: bool,
     pub connections: Arc<ConnectionManager>,
     /// Held (shared) by each running statement; shutdown takes it
     /// exclusively, so it waits for statements in flight.
@@ -223,8 +227,17 @@ impl Startup {
             let source = Arc::new(PasswordSource {
                 password: pw.clone(),
             });
+            let mut scram = ScramAuth::new(source);
+            if let Some(tls) = &conn.shared.tls {
+                // Channel binding (SCRAM-SHA-256-PLUS) over TLS; without it
+                // (a certificate whose signature hash has no binding),
+                // plain SCRAM-SHA-256 is still offered.
+                if let Err(e) = scram.configure_certificate(&tls.cert_pem) {
+                    debug!(error = %e, "SCRAM channel binding not available");
+                }
+            }
             SASLAuthStartupHandler::new(Arc::new(Params { conn: conn.clone() }))
-                .with_scram(ScramAuth::new(source))
+                .with_scram(scram)
                 .with_connection_manager(conn.shared.connections.clone())
         });
         Startup { conn, scram }
@@ -295,6 +308,16 @@ impl StartupHandler for Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         if let PgWireFrontendMessage::Startup(startup) = &message {
+            if self.conn.shared.require_tls && !client.is_secure() {
+                // As PostgreSQL's `hostssl`-only pg_hba.conf: 28000.
+                return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "FATAL".into(),
+                    "28000".into(),
+                    "this server requires TLS: connection without SSL refused \
+                     (connect with sslmode=require)"
+                        .into(),
+                ))));
+            }
             self.apply_parameters(&startup.parameters).await?;
             debug!(
                 user = startup.parameters.get("user").map(String::as_str),

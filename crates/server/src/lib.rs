@@ -25,6 +25,10 @@
 //! * **Authentication**: without a password, trust (meant for loopback);
 //!   with [`Config::password`], SCRAM-SHA-256 for every user (28P01 on a
 //!   wrong password).
+//! * **TLS** ([`tls`]): with [`Config::tls`], an SSLRequest is answered
+//!   `S` and the connection continues over TLS (pgwire and rustls);
+//!   without it, `N`. [`Config::require_tls`] refuses plaintext startups
+//!   (28000).
 //! * **Cancel**: a CancelRequest with the connection's key drops the running
 //!   statement's future (SQLSTATE 57014).
 //! * **Shutdown**: [`Server::serve`] stops accepting when its shutdown
@@ -33,6 +37,7 @@
 
 mod copy;
 pub mod handler;
+pub mod tls;
 pub mod types;
 
 use std::future::Future;
@@ -49,6 +54,25 @@ use tokio::task::JoinSet;
 use tracing::{info, info_span, warn, Instrument};
 
 use handler::{Conn, Handlers, Shared};
+pub use tls::Tls;
+
+/// Errors of setting up a server (serving reports I/O errors as they are).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {path}: {source}")]
+    TlsFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    TlsInvalid { path: String, message: String },
+    #[error("TLS certificate and key rejected: {0}")]
+    TlsRejected(String),
+    #[error("require_tls needs a TLS certificate and key")]
+    TlsRequiredWithoutCertificate,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
 
 /// How long shutdown waits for running statements.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -59,6 +83,11 @@ pub struct Config {
     /// When set, every client must authenticate with SCRAM-SHA-256 using
     /// this password (any user name). Otherwise connections are trusted.
     pub password: Option<String>,
+    /// When set, SSLRequests are accepted and connections may use TLS.
+    pub tls: Option<Tls>,
+    /// Refuse startups that did not negotiate TLS (SQLSTATE 28000).
+    /// Needs [`Config::tls`].
+    pub require_tls: bool,
 }
 
 /// A server over one database.
@@ -73,12 +102,17 @@ impl Server {
         engine: Arc<Engine>,
         addr: SocketAddr,
         config: Config,
-    ) -> std::io::Result<Server> {
+    ) -> Result<Server, Error> {
+        if config.require_tls && config.tls.is_none() {
+            return Err(Error::TlsRequiredWithoutCertificate);
+        }
         let listener = TcpListener::bind(addr).await?;
         Ok(Server {
             shared: Arc::new(Shared {
                 engine,
                 password: config.password,
+                tls: config.tls,
+                require_tls: config.require_tls,
                 connections: Arc::new(ConnectionManager::new()),
                 in_flight: RwLock::new(()),
                 pids: RandomPidSecretKeyGenerator::default(),
@@ -118,10 +152,11 @@ impl Server {
                         prepared: Mutex::new(Default::default()),
                     });
                     let span = info_span!("connection", id, %peer);
+                    let acceptor = self.shared.tls.as_ref().map(|t| t.acceptor.clone());
                     tasks.spawn(
                         async move {
                             info!("connection opened");
-                            let r = pgwire::tokio::process_socket(socket, None, Handlers::new(conn)).await;
+                            let r = pgwire::tokio::process_socket(socket, acceptor, Handlers::new(conn)).await;
                             match r {
                                 Ok(()) => info!("connection closed"),
                                 Err(e) => info!(error = %e, "connection closed"),

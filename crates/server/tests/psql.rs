@@ -33,7 +33,7 @@ fn start() -> SocketAddr {
             let server = spindle_server::Server::bind(
                 engine,
                 "127.0.0.1:0".parse().unwrap(),
-                spindle_server::Config { password: None },
+                spindle_server::Config::default(),
             )
             .await
             .unwrap();

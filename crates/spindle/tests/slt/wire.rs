@@ -112,7 +112,8 @@ impl Inner {
                 "127.0.0.1:0".parse().unwrap(),
                 spindle_server::Config::default(),
             )
-            .await?;
+            .await
+            .map_err(std::io::Error::other)?;
             let addr = server.local_addr()?;
             let (stop, rx) = tokio::sync::oneshot::channel::<()>();
             let done = tokio::spawn(server.serve(async move {
