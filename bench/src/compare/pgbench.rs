@@ -7,8 +7,7 @@
 //! whose DDL is PostgreSQL's own. Differences from `pgbench -i`: the number
 //! of accounts is `--accounts` (not 100 000 × scale) and there are
 //! `--branches` branches with 10 tellers each, so that clients do not all
-//! contend for one branch row; `mtime` in the history is left NULL (Spindle
-//! cannot evaluate `CURRENT_TIMESTAMP` in `INSERT … VALUES` yet).
+//! contend for one branch row.
 
 use std::path::Path;
 use std::process::Command;
@@ -77,7 +76,7 @@ pub fn select_script(s: &Sizes) -> String {
     )
 }
 
-/// pgbench's built-in `tpcb-like` script, with the sizes above and no mtime.
+/// pgbench's built-in `tpcb-like` script, with the sizes above.
 pub fn tpcb_script(s: &Sizes) -> String {
     format!(
         "\\set aid random(1, {})\n\
@@ -89,7 +88,7 @@ pub fn tpcb_script(s: &Sizes) -> String {
          SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n\
          UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;\n\
          UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;\n\
-         INSERT INTO pgbench_history (tid, bid, aid, delta) VALUES (:tid, :bid, :aid, :delta);\n\
+         INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);\n\
          END;\n",
         s.accounts,
         s.branches,
