@@ -122,8 +122,10 @@ fn run(args: &Args) -> Result<()> {
     ));
     let mut records: Vec<Record> = Vec::new();
     let mut postgres_version = "not run".to_string();
+    let mut server_bin = "not run".to_string();
     if [1, 2, 4, 5].iter().any(|w| args.wants(*w)) {
         let spindle_bin = procs::find_spindle(args.spindle_bin.as_deref())?;
+        server_bin = spindle_bin.display().to_string();
         // Both guards stop their server when this block ends, on success or error.
         let pg = procs::Postgres::start(&args.pg_bin, &args.pg_os_user)?;
         postgres_version = pg.version.clone();
@@ -152,7 +154,7 @@ fn run(args: &Args) -> Result<()> {
     }
     records.sort_by(|a, b| a.workload.cmp(&b.workload));
 
-    let meta = meta(args, postgres_version);
+    let meta = meta(args, postgres_version, server_bin);
     report::write_all(&args.out, &meta, &records)?;
     println!("{}", report::markdown(&meta, &records));
     progress(format!(
@@ -333,7 +335,7 @@ fn commits(seconds: f64, records: &mut Vec<Record>) -> Result<()> {
     Ok(())
 }
 
-fn meta(args: &Args, postgres: String) -> Meta {
+fn meta(args: &Args, postgres: String, server_bin: String) -> Meta {
     let sh = |cmd: &str, a: &[&str]| -> Option<String> {
         std::process::Command::new(cmd)
             .args(a)
@@ -366,6 +368,7 @@ fn meta(args: &Args, postgres: String) -> Meta {
         .collect::<Vec<_>>()
         .join(" ");
     let settings = vec![
+        ("spindle serve binary".into(), server_bin),
         ("seconds per measurement".into(), args.seconds.to_string()),
         ("pgbench clients".into(), format!("{:?}", args.clients)),
         (

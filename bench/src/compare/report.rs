@@ -96,6 +96,13 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     let _ = writeln!(s, "- date: {}", meta.date);
     let _ = writeln!(s, "- commit: {}", meta.commit);
     let _ = writeln!(s, "- build: **{}**", meta.profile);
+    if meta.profile == "debug" {
+        let _ = writeln!(
+            s,
+            "  (**debug build of the harness, so also of the embedded Spindle in workloads 3 \
+             and 6: those figures are not representative**; the server's build is its binary's, below)"
+        );
+    }
     let _ = writeln!(s, "- command: `{}`", meta.command);
     let _ = writeln!(s, "- machine: {}", meta.machine);
     let _ = writeln!(s, "- PostgreSQL: {}", meta.postgres);
@@ -227,7 +234,11 @@ pub fn svg(meta: &Meta, records: &[Record]) -> String {
     let _ = writeln!(
         s,
         r##"<rect width="100%" height="100%" fill="white"/><text x="10" y="20" font-size="15" font-weight="bold">Spindle / baseline (log scale; right of 1.0 = Spindle faster)</text><text x="10" y="40" fill="#555">{} build, {}, commit {}</text>"##,
-        meta.profile,
+        if meta.profile == "debug" {
+            "DEBUG (not representative)"
+        } else {
+            meta.profile
+        },
         esc(&meta.date),
         esc(&meta.commit)
     );
