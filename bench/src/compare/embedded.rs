@@ -295,9 +295,8 @@ pub fn run(s: &Sizes, out: &mut Vec<Record>) -> Result<()> {
     };
     let note = format!(
         "{} rows; one thread; Spindle `Session::query/execute` with `$n` parameters \
-         (the same SQL text each time), SQLite prepared statements, WAL, synchronous=FULL (an fsync \
-         per commit); Spindle's commit flush is sled's, which on Linux is sync_file_range without \
-         a disk-cache flush (sled issue 1452): single-row inserts are not equally durable",
+         (the same SQL text each time), SQLite prepared statements, WAL, synchronous=FULL \
+         (a disk flush per commit), Spindle durable commits (its Store::flush)",
         s.rows
     );
     out.push(rec(

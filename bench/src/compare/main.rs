@@ -286,7 +286,7 @@ async fn pgbench_workloads(
                 other: p,
                 target: Some(1.0),
                 note: format!(
-                    "pgbench's tpcb-like script (BEGIN; 3 UPDATEs, SELECT, INSERT; END) with --max-tries={}; {} accounts, {} branches, {} tellers; PostgreSQL at its default READ COMMITTED, Spindle serializable; PostgreSQL commits with fdatasync of its WAL (fsync=on), Spindle with sled's flush, which on Linux is sync_file_range and does not flush the disk's write cache (sled issue 1452), so Spindle's commits are weaker than PostgreSQL's; failed = gave up after the retries",
+                    "pgbench's tpcb-like script (BEGIN; 3 UPDATEs, SELECT, INSERT; END) with --max-tries={}; {} accounts, {} branches, {} tellers; PostgreSQL at its default READ COMMITTED, Spindle serializable; durable commits in both (PostgreSQL: fsync=on, synchronous_commit=on; Spindle: its Store::flush); failed = gave up after the retries",
                     args.max_tries,
                     args.accounts,
                     args.branches,
