@@ -225,6 +225,14 @@ fn run_child(dir: &Path, role: &str, start: i64, done: impl Fn(&Run) -> bool) ->
         );
     }
     let _ = status;
+    // Acks the child printed before it died but this thread had not read
+    // yet (on a loaded machine it may be several commits ahead): they were
+    // acknowledged too. The reader thread ends at the pipe's EOF.
+    while let Ok(msg) = rx.recv_timeout(LINE_TIMEOUT) {
+        if let Some(id) = msg.strip_prefix("ACK ") {
+            run.acks.push(id.parse().expect("ack id"));
+        }
+    }
     run
 }
 
