@@ -452,9 +452,10 @@ impl TxnManager {
             };
             let load = writes_pm >= LOAD_SPLIT_WRITES_PER_MINUTE;
             // Sizes only grow between recounts; deletes make them stale, so
-            // recount once a good share of the split may be gone.
-            let shrunk =
-                deletes > 0 && (bytes < threshold / 4 || deletes * 2 >= rows || deletes >= 1024);
+            // recount once a good share of the split may be gone. (Not on
+            // every delete in a small split: the recount scans the split
+            // under the commit lock, which made each DELETE cost a scan.)
+            let shrunk = deletes > 0 && (deletes * 2 >= rows || deletes >= 1024);
             let recount = bytes > threshold || load || shrunk;
             if !recount {
                 continue;
