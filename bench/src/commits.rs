@@ -3,6 +3,10 @@
 //! that each commit transactions writing two of their own accounts, in one
 //! split or across two (two-phase commit). No transaction conflicts with
 //! another, so every commit must succeed.
+//!
+//! A benchmark harness, not part of the database: any failure (opening the
+//! store, a commit) aborts the run with a message (`expect`), since a
+//! measurement after a failure would be meaningless.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -842,38 +842,43 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
         }
         targets.push(i);
     }
-    let mut items: Vec<String> = table
-        .columns
-        .iter()
-        .map(|c| format!("{}.{}", quote_ident(&q), quote_ident(&c.name)))
-        .collect();
-    // Aliases keep output names unique (`SET a = b, b = a`).
-    items.extend(
-        u.assignments
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("({}) AS \"?set{i}\"", a.value)),
-    );
-    let mut from = u.table.to_string();
-    if let Some(
-        ast::UpdateTableFromKind::AfterSet(extra) | ast::UpdateTableFromKind::BeforeSet(extra),
-    ) = &u.from
-    {
-        for t in extra {
-            from.push_str(", ");
-            from.push_str(&t.to_string());
-        }
-    }
-    let mut sql = format!("SELECT {} FROM {}", items.join(", "), from);
-    if let Some(sel) = &u.selection {
-        sql.push_str(&format!(" WHERE {sel}"));
-    }
+    // The fast path (full primary key); otherwise the rows come from a
+    // query built from the statement.
     let rows = match point_update_rows(ctx, &catalog, &table, &u)? {
         Some(rows) => {
             ctx.engine.count_fast_path();
             rows
         }
-        None => query_rows(ctx, &sql, true).await?,
+        None => {
+            let mut items: Vec<String> = table
+                .columns
+                .iter()
+                .map(|c| format!("{}.{}", quote_ident(&q), quote_ident(&c.name)))
+                .collect();
+            // Aliases keep output names unique (`SET a = b, b = a`).
+            items.extend(
+                u.assignments
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| format!("({}) AS \"?set{i}\"", a.value)),
+            );
+            let mut from = u.table.to_string();
+            if let Some(
+                ast::UpdateTableFromKind::AfterSet(extra)
+                | ast::UpdateTableFromKind::BeforeSet(extra),
+            ) = &u.from
+            {
+                for t in extra {
+                    from.push_str(", ");
+                    from.push_str(&t.to_string());
+                }
+            }
+            let mut sql = format!("SELECT {} FROM {}", items.join(", "), from);
+            if let Some(sel) = &u.selection {
+                sql.push_str(&format!(" WHERE {sel}"));
+            }
+            query_rows(ctx, &sql, true).await?
+        }
     };
     let key_idx = table.key_indices();
     let ncols = table.columns.len();
@@ -965,18 +970,6 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
     };
     let (table_name, q) = target_table(target)?;
     let table = catalog.get_table(&table_name)?.clone();
-    let items: Vec<String> = table
-        .primary_key
-        .iter()
-        .map(|k| format!("{}.{}", quote_ident(&q), quote_ident(&k.name)))
-        .collect();
-    let mut sql = format!("SELECT {} FROM {}", items.join(", "), target);
-    for t in d.using.iter().flatten() {
-        sql.push_str(&format!(", {t}"));
-    }
-    if let Some(sel) = &d.selection {
-        sql.push_str(&format!(" WHERE {sel}"));
-    }
     // The fast path: a full primary key needs no query.
     let point = match d.using {
         Some(_) => None,
@@ -992,7 +985,21 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
     let rows = match point {
         Some(crate::fastpath::KeyMatch::Point(kv)) => vec![kv],
         Some(crate::fastpath::KeyMatch::Nothing) => Vec::new(),
-        None => query_rows(ctx, &sql, true).await?,
+        None => {
+            let items: Vec<String> = table
+                .primary_key
+                .iter()
+                .map(|k| format!("{}.{}", quote_ident(&q), quote_ident(&k.name)))
+                .collect();
+            let mut sql = format!("SELECT {} FROM {}", items.join(", "), target);
+            for t in d.using.iter().flatten() {
+                sql.push_str(&format!(", {t}"));
+            }
+            if let Some(sel) = &d.selection {
+                sql.push_str(&format!(" WHERE {sel}"));
+            }
+            query_rows(ctx, &sql, true).await?
+        }
     };
     let plan = CascadePlan::new(&catalog, &table)?;
     let mut seen = HashSet::new();
