@@ -69,8 +69,13 @@ fn main() {
         "single-split, 8 clients, no group",
         &run(&s, 8, args.seconds, same),
     );
+    let no_group_cross = report(
+        "cross-split (2PC), 8 clients, no group",
+        &run(&s, 8, args.seconds, cross),
+    );
     s.mgr.set_group_commit(true);
     let group = rows.iter().find(|r| r.0 == 8).map(|r| r.1).unwrap_or(0.0);
+    let group_cross = rows.iter().find(|r| r.0 == 8).map(|r| r.2).unwrap_or(0.0);
     println!();
     for (clients, one, two) in &rows {
         println!(
@@ -81,5 +86,9 @@ fn main() {
     println!(
         "group commit / one flush per commit at 8 clients: {:.2}",
         group / no_group
+    );
+    println!(
+        "group commit / one flush per step, cross-split at 8 clients: {:.2}",
+        group_cross / no_group_cross
     );
 }

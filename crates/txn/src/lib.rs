@@ -4,22 +4,56 @@
 //! it began) and buffers its writes in memory. Reads see the snapshot with
 //! the transaction's own writes laid over it. Nothing reaches the store
 //! until [`Transaction::commit`], which writes the whole buffer — rows and,
-//! if DDL ran, the catalog — as one atomic, flushed batch at a new commit
+//! if DDL ran, the catalog — atomically and durably at a new commit
 //! timestamp.
 //!
 //! ```text
 //!   begin ──► read_ts = store.visible_ts()
 //!   reads ──► write buffer ∪ store@read_ts
 //!   writes ─► write buffer (BTreeMap key → Some(value) | None)
-//!   commit ─► lock ─► conflict check ─► ts = next_ts() ─► store.commit(ts, buffer) ─► unlock
+//!   commit ─► commit lock: validate ─► ts = next_ts() ─► log write set, ts in flight ─► unlock
+//!          ─► apply: one split: one batch            ┐ concurrently with other
+//!                    several: two-phase commit        ┘ commits; flushes shared
+//!          ─► finish: ts leaves the in-flight set; visible_ts = just below the
+//!                     oldest commit still in flight ─► wait until ts is visible
 //! ```
+//!
+//! ## The commit pipeline
+//!
+//! Only validation and timestamp assignment are serialized (the commit
+//! lock, held for microseconds). Applying — one atomic batch for a
+//! one-split commit, the steps of two-phase commit otherwise — happens
+//! outside it, so commits of different splits apply at the same time and a
+//! slow two-phase commit does not stop others. Durability is group commit:
+//! a flush covers every batch applied before it started, and a committer
+//! flushes only if no such flush finished while it waited for the flush
+//! lock (`TxnManager::make_durable`).
+//!
+//! Commits finish in any order, but become visible in timestamp order: the
+//! store's visible timestamp never passes the oldest commit still in flight
+//! (`Pipeline`), and a commit is acknowledged only once it is visible, so
+//! a client that committed always reads its own writes, and no snapshot
+//! sees a later commit without every earlier one.
+//!
+//! ```text
+//!   ts:        100 (2PC, in flight)   101 (done)   102 (done)
+//!   visible:   99 ────────────────────────────────► 102 when 100 finishes
+//! ```
+//!
+//! The persisted "last commit timestamp" (the visible timestamp after a
+//! restart) is written with each commit's final batch as the maximum so
+//! far, so it never goes back when commits apply out of order. After a
+//! crash, a commit below it that never applied is simply absent — it was
+//! never acknowledged, and every later commit validated against its writes,
+//! so none depends on it — and a two-phase commit with a decision is
+//! finished by recovery before the database opens.
 //!
 //! ## Isolation: serializable by optimistic validation
 //!
 //! A transaction records what it read — the keys of point reads and the key
-//! ranges of scans — and buffers what it writes. Commits are serialized by
-//! one lock; under it, a read-write transaction is validated against every
-//! transaction that committed after its snapshot:
+//! ranges of scans — and buffers what it writes. Under the commit lock, a
+//! read-write transaction is validated against every transaction that got
+//! a commit timestamp after its snapshot (finished or still in flight):
 //!
 //! ```text
 //!   T.read_ts            T.commit
@@ -63,7 +97,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -123,23 +157,32 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// catalog.
 pub struct TxnManager {
     store: Store,
-    /// Serializes commits.
+    /// Serializes validation and commit-timestamp assignment.
     commits: Mutex<CommitLog>,
     /// Read timestamps of live transactions (with counts).
     active: Mutex<BTreeMap<Timestamp, usize>>,
     /// The catalog as of the commit timestamp stored with it.
     catalog: RwLock<(Timestamp, Arc<Catalog>)>,
-    /// Splits; changed only under the commit lock.
+    /// Splits; grouping and maintenance take this lock.
     splits: Mutex<SplitMap>,
     split_threshold: AtomicU64,
     crash_at: Mutex<Option<CrashPoint>>,
     crashed: AtomicBool,
-    /// Group commit: commits are applied under the commit lock but flushed
-    /// outside it, one flush covering every commit applied before it.
+    /// Test hook called at each step of a commit (see [`TxnManager::set_step_hook`]).
+    step_hook: RwLock<Option<StepHook>>,
+    /// Group commit: a flush covers every batch applied before it started,
+    /// so concurrent commits share flushes.
     group_commit: AtomicBool,
+    /// Held while flushing; `flushes_started` / `flushes_done` count flushes.
     flush_lock: Mutex<()>,
-    applied_ts: AtomicU64,
-    durable_ts: AtomicU64,
+    flushes_started: AtomicU64,
+    flushes_done: AtomicU64,
+    /// The highest commit timestamp written to the store's metadata (the
+    /// lock orders those writes so the stored value never goes back).
+    persisted_last_ts: Mutex<Timestamp>,
+    /// Commits between timestamp assignment and completion; visibility.
+    pipeline: Mutex<Pipeline>,
+    pipeline_changed: Condvar,
     /// Versions older than this many microseconds (and not needed by a
     /// live snapshot) are garbage-collected.
     retention_micros: AtomicU64,
@@ -172,6 +215,19 @@ pub struct CommitLog {
     last_ts: Timestamp,
     recent: VecDeque<(Timestamp, Arc<BTreeSet<Vec<u8>>>)>,
 }
+
+/// Commits that have a timestamp but have not finished applying. Commits
+/// apply concurrently and finish in any order; the store's visible
+/// timestamp only moves up to just below the oldest one still in flight,
+/// so a snapshot never sees a commit before every earlier one is complete.
+struct Pipeline {
+    in_flight: BTreeSet<Timestamp>,
+    /// The highest timestamp of a finished commit.
+    max_finished: Timestamp,
+}
+
+/// See [`TxnManager::set_step_hook`].
+pub type StepHook = Arc<dyn Fn(CrashPoint) + Send + Sync>;
 
 /// How a transaction committed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -245,10 +301,17 @@ impl TxnManager {
             split_threshold: AtomicU64::new(DEFAULT_SPLIT_THRESHOLD),
             crash_at: Mutex::new(None),
             crashed: AtomicBool::new(false),
+            step_hook: RwLock::new(None),
             group_commit: AtomicBool::new(true),
             flush_lock: Mutex::new(()),
-            applied_ts: AtomicU64::new(ts),
-            durable_ts: AtomicU64::new(ts),
+            flushes_started: AtomicU64::new(0),
+            flushes_done: AtomicU64::new(0),
+            persisted_last_ts: Mutex::new(ts),
+            pipeline: Mutex::new(Pipeline {
+                in_flight: BTreeSet::new(),
+                max_finished: ts,
+            }),
+            pipeline_changed: Condvar::new(),
             retention_micros: AtomicU64::new(DEFAULT_RETENTION.as_micros() as u64),
         });
         Self::start_gc_thread(&mgr);
@@ -317,22 +380,85 @@ impl TxnManager {
         self.group_commit.store(on, Ordering::Relaxed);
     }
 
-    /// Waits until the commit at `ts` is on disk, flushing if no other
-    /// committer already did, then makes it visible. Commits that queue up
-    /// behind one flush share the next one.
-    fn make_durable(&self, ts: Timestamp) -> Result<()> {
-        if self.durable_ts.load(Ordering::Acquire) < ts {
-            let _flush = self.flush_lock.lock().map_err(|_| Error::Poisoned)?;
-            if self.durable_ts.load(Ordering::Acquire) < ts {
-                // Everything applied before this point is covered.
-                let target = self.applied_ts.load(Ordering::Acquire);
-                self.store.flush()?;
-                self.durable_ts.fetch_max(target, Ordering::AcqRel);
-            }
+    /// Waits until every batch this thread applied before the call is on
+    /// disk. With group commit, a flush that started after the call covers
+    /// it: the caller flushes only if no such flush has finished by the
+    /// time it gets the flush lock, so commits queued behind one flush
+    /// share the next. Without group commit, each caller flushes.
+    fn make_durable(&self) -> Result<()> {
+        if !self.group_commit.load(Ordering::Relaxed) {
+            return Ok(self.store.flush()?);
         }
-        // Every commit up to the durable timestamp is applied and on disk.
-        self.store.publish(self.durable_ts.load(Ordering::Acquire));
+        // Flushes numbered above `started` begin after this load, hence
+        // after the caller's batches were applied.
+        let started = self.flushes_started.load(Ordering::Acquire);
+        let _flush = self.flush_lock.lock().map_err(|_| Error::Poisoned)?;
+        if self.flushes_done.load(Ordering::Acquire) > started {
+            return Ok(());
+        }
+        let n = self.flushes_started.fetch_add(1, Ordering::AcqRel) + 1;
+        self.store.flush()?;
+        self.flushes_done.store(n, Ordering::Release);
         Ok(())
+    }
+
+    /// Applies the batch that makes commit `ts` final (a one-phase commit,
+    /// or the last step of a two-phase one), recording the highest commit
+    /// timestamp with it: commits apply out of timestamp order, and the
+    /// stored value — the visible timestamp after a restart — must never
+    /// go back.
+    fn apply_final(&self, mut batch: Batch, ts: Timestamp) -> Result<()> {
+        let mut last = self.persisted_last_ts.lock().map_err(|_| Error::Poisoned)?;
+        let new_last = (*last).max(ts);
+        batch.set_last_commit_ts(new_last);
+        self.store.apply_unsynced(batch)?;
+        *last = new_last;
+        Ok(())
+    }
+
+    /// Ends commit `ts` (applied and durable if `ok`, nothing applied if
+    /// not), publishes every timestamp below the oldest commit still in
+    /// flight, and, if `ok`, waits until `ts` is visible: a commit is
+    /// acknowledged only once a snapshot taken after it sees it.
+    fn finish_commit(&self, ts: Timestamp, ok: bool) -> Result<()> {
+        let mut p = self.pipeline.lock().map_err(|_| Error::Poisoned)?;
+        p.in_flight.remove(&ts);
+        p.max_finished = p.max_finished.max(ts);
+        let visible = match p.in_flight.first() {
+            Some(oldest) => (oldest - 1).min(p.max_finished),
+            None => p.max_finished,
+        };
+        self.store.publish(visible);
+        self.pipeline_changed.notify_all();
+        while ok && self.store.visible_ts() < ts {
+            if self.crashed.load(Ordering::SeqCst) {
+                return Err(Error::Recovery(
+                    "the database stopped at a crash point before an earlier commit finished; \
+                     reopen it"
+                        .into(),
+                ));
+            }
+            p = self.pipeline_changed.wait(p).map_err(|_| Error::Poisoned)?;
+        }
+        Ok(())
+    }
+
+    /// A commit stopped at a crash point: its timestamp stays in flight, so
+    /// nothing at or after it becomes visible in this process; commits
+    /// waiting behind it give up.
+    fn abandon_commit(&self) {
+        self.crashed.store(true, Ordering::SeqCst);
+        if let Ok(_p) = self.pipeline.lock() {
+            self.pipeline_changed.notify_all();
+        }
+    }
+
+    /// Installs a function called at each step of every commit (tests use
+    /// it to hold a commit between steps while others run).
+    pub fn set_step_hook(&self, hook: Option<StepHook>) {
+        if let Ok(mut h) = self.step_hook.write() {
+            *h = hook;
+        }
     }
 
     /// Stops the next commit that reaches `point`, as a crash would (tests).
@@ -343,9 +469,13 @@ impl TxnManager {
     }
 
     fn check_crash(&self, point: CrashPoint) -> Result<()> {
-        let armed = self.crash_at.lock().map_err(|_| Error::Poisoned)?;
-        if *armed == Some(point) {
-            self.crashed.store(true, Ordering::SeqCst);
+        let hook = self.step_hook.read().map_err(|_| Error::Poisoned)?.clone();
+        if let Some(hook) = hook {
+            hook(point);
+        }
+        let armed = *self.crash_at.lock().map_err(|_| Error::Poisoned)?;
+        if armed == Some(point) {
+            self.abandon_commit();
             return Err(Error::Crashed(point));
         }
         Ok(())
@@ -393,40 +523,94 @@ impl TxnManager {
         }
     }
 
-    /// Commits `groups` (writes per split index) with two-phase commit;
-    /// see [`twopc`].
-    fn two_phase_commit(
-        &self,
-        ts: Timestamp,
-        groups: &[(usize, Vec<Write>)],
-        splits: &SplitMap,
-    ) -> Result<()> {
-        let ids: Vec<u64> = groups.iter().map(|(i, _)| splits.splits()[*i].id).collect();
-        self.check_crash(CrashPoint::BeforePrepare)?;
-        for (n, ((_, ws), id)) in groups.iter().zip(&ids).enumerate() {
-            let mut b = Batch::default();
-            b.put_meta(&twopc::prep_name(ts, *id), twopc::encode_writes(ws));
-            self.store.apply(b)?;
-            self.check_crash(CrashPoint::AfterPrepare(n + 1))?;
+    /// Commits `groups` (writes per split id) with two-phase commit; see
+    /// [`twopc`]. Two flushes: one after every participant prepared, one
+    /// after the decision — from then on the commit is certain (recovery
+    /// finishes it), so the applies and the finish need no flush of their
+    /// own. With group commit the flushes are shared with other commits.
+    fn two_phase_commit(&self, ts: Timestamp, groups: &[(u64, Vec<Write>)]) -> Result<()> {
+        let prepared = (|| {
+            self.check_crash(CrashPoint::BeforePrepare)?;
+            for (n, (id, ws)) in groups.iter().enumerate() {
+                let mut b = Batch::default();
+                b.put_meta(&twopc::prep_name(ts, *id), twopc::encode_writes(ws));
+                self.store.apply_unsynced(b)?;
+                self.check_crash(CrashPoint::AfterPrepare(n + 1))?;
+            }
+            self.make_durable()
+        })();
+        if let Err(e) = prepared {
+            if !matches!(e, Error::Crashed(_)) {
+                self.abort_prepared(ts, groups);
+            }
+            return Err(e);
         }
-        let mut b = Batch::default();
-        let participants: Vec<u8> = ids.iter().flat_map(|i| i.to_be_bytes()).collect();
-        b.put_meta(&twopc::decision_name(ts), participants);
-        self.store.apply(b)?;
-        self.check_crash(CrashPoint::AfterDecision)?;
-        for (n, ((_, ws), id)) in groups.iter().zip(&ids).enumerate() {
+        let decided = (|| {
             let mut b = Batch::default();
-            b.versions(ts, ws);
+            let participants: Vec<u8> =
+                groups.iter().flat_map(|(id, _)| id.to_be_bytes()).collect();
+            b.put_meta(&twopc::decision_name(ts), participants);
+            self.store.apply_unsynced(b)?;
+            self.make_durable()?;
+            self.check_crash(CrashPoint::AfterDecision)?;
+            for (n, (id, ws)) in groups.iter().enumerate() {
+                let mut b = Batch::default();
+                b.versions(ts, ws);
+                b.delete_meta(&twopc::prep_name(ts, *id));
+                self.store.apply_unsynced(b)?;
+                self.check_crash(CrashPoint::AfterApply(n + 1))?;
+            }
+            let mut b = Batch::default();
+            b.delete_meta(&twopc::decision_name(ts));
+            self.apply_final(b, ts)
+        })();
+        if decided.is_err() {
+            // Possibly decided but not applied: only recovery can finish it.
+            self.abandon_commit();
+        }
+        decided
+    }
+
+    /// Removes the prepared records of a two-phase commit that failed
+    /// before its decision (recovery would remove them at the next open).
+    fn abort_prepared(&self, ts: Timestamp, groups: &[(u64, Vec<Write>)]) {
+        let mut b = Batch::default();
+        for (id, _) in groups {
             b.delete_meta(&twopc::prep_name(ts, *id));
-            self.store.apply(b)?;
-            self.check_crash(CrashPoint::AfterApply(n + 1))?;
         }
-        let mut b = Batch::default();
-        b.delete_meta(&twopc::decision_name(ts));
-        b.set_last_commit_ts(ts);
-        self.store.apply(b)?;
-        self.store.publish(ts);
-        Ok(())
+        if let Err(e) = self.store.apply_unsynced(b) {
+            tracing::warn!(error = %e, ts, "could not remove prepared records");
+        }
+    }
+
+    /// Counts a commit's writes against its splits, then runs split
+    /// maintenance on them (under the split map's lock only).
+    fn note_commit(&self, groups: &[(u64, Vec<Write>)], ts: Timestamp) {
+        let catalog = match self.catalog.read() {
+            Ok(c) => c.1.clone(),
+            Err(_) => return,
+        };
+        let Ok(mut splits) = self.splits.lock() else {
+            return;
+        };
+        let mut touched = Vec::new();
+        for (id, ws) in groups {
+            let Some(s) = splits.splits_mut().iter_mut().find(|s| s.id == *id) else {
+                continue;
+            };
+            s.writes.add(ws.len() as u64);
+            for (k, v) in ws {
+                match v {
+                    Some(v) => {
+                        s.bytes += (k.len() + v.len()) as u64;
+                        s.rows += 1;
+                    }
+                    None => s.dirty_deletes += 1,
+                }
+            }
+            touched.push(s.id);
+        }
+        self.maintain_splits(&mut splits, &touched, &catalog, ts);
     }
 
     /// Splits touched splits that grew past the threshold (or carry
@@ -938,7 +1122,7 @@ impl Transaction {
         } else {
             None
         };
-        let mut splits = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
+        let splits = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
         // Group the writes by split (they are in key order already).
         let mut groups: Vec<(usize, Vec<Write>)> = Vec::new();
         for w in writes {
@@ -959,49 +1143,20 @@ impl Transaction {
                 false
             }
         });
+        // By id: the map may change (split maintenance) once it is unlocked.
+        let groups: Vec<(u64, Vec<Write>)> = groups
+            .into_iter()
+            .map(|(i, ws)| (splits.splits()[i].id, ws))
+            .collect();
+        drop(splits);
         let info = CommitInfo {
             ts,
-            splits: groups.iter().map(|(i, _)| splits.splits()[*i].id).collect(),
+            splits: groups.iter().map(|(id, _)| *id).collect(),
             two_phase: groups.len() > 1,
         };
-        let group_commit = self.mgr.group_commit.load(Ordering::Relaxed);
-        let result = if groups.len() == 1 {
-            self.mgr
-                .check_crash(CrashPoint::BeforePrepare)
-                .and_then(|_| {
-                    let mut b = Batch::default();
-                    b.versions(ts, &groups[0].1);
-                    b.set_last_commit_ts(ts);
-                    if group_commit {
-                        self.mgr.store.apply_unsynced(b)?;
-                    } else {
-                        self.mgr.store.apply(b)?;
-                        self.mgr.durable_ts.fetch_max(ts, Ordering::AcqRel);
-                        self.mgr.store.publish(ts);
-                    }
-                    Ok(())
-                })
-        } else {
-            self.mgr
-                .two_phase_commit(ts, &groups, &splits)
-                .inspect(|_| {
-                    self.mgr.durable_ts.fetch_max(ts, Ordering::AcqRel);
-                })
-        };
-        if result.is_ok() {
-            self.mgr.applied_ts.fetch_max(ts, Ordering::AcqRel);
-        }
-        if let Err(e) = result {
-            if let Some(prev) = previous {
-                if let Ok(mut cached) = self.mgr.catalog.write() {
-                    *cached = prev;
-                }
-            }
-            return Err(e);
-        }
-        span.record("ts", ts);
-        span.record("splits", tracing::field::debug(&info.splits));
-        span.record("two_phase", info.two_phase);
+        // Register the commit: later transactions validate against its
+        // writes from now on, and nothing at or after `ts` becomes visible
+        // until it finishes.
         log.last_ts = ts;
         log.recent.push_back((ts, Arc::new(write_set)));
         // Forget commits no live snapshot predates.
@@ -1020,37 +1175,46 @@ impl Transaction {
                 break;
             }
         }
-        // Statistics, then split maintenance (still under the commit lock).
-        let catalog = self
-            .mgr
-            .catalog
-            .read()
+        self.mgr
+            .pipeline
+            .lock()
             .map_err(|_| Error::Poisoned)?
-            .1
-            .clone();
-        let mut touched = Vec::new();
-        for (idx, ws) in &groups {
-            let s = &mut splits.splits_mut()[*idx];
-            s.writes.add(ws.len() as u64);
-            for (k, v) in ws {
-                match v {
-                    Some(v) => {
-                        s.bytes += (k.len() + v.len()) as u64;
-                        s.rows += 1;
+            .in_flight
+            .insert(ts);
+        drop(log);
+
+        // Outside the commit lock: other commits validate, apply and flush
+        // meanwhile, and share this one's flushes.
+        let result = if groups.len() == 1 {
+            self.mgr
+                .check_crash(CrashPoint::BeforePrepare)
+                .and_then(|_| {
+                    let mut b = Batch::default();
+                    b.versions(ts, &groups[0].1);
+                    self.mgr.apply_final(b, ts)?;
+                    self.mgr.make_durable()
+                })
+        } else {
+            self.mgr.two_phase_commit(ts, &groups)
+        };
+        if let Err(e) = result {
+            if let Some(prev) = previous {
+                if let Ok(mut cached) = self.mgr.catalog.write() {
+                    if cached.0 == ts {
+                        *cached = prev;
                     }
-                    None => s.dirty_deletes += 1,
                 }
             }
-            touched.push(s.id);
+            if !self.mgr.crashed.load(Ordering::SeqCst) {
+                self.mgr.finish_commit(ts, false)?;
+            }
+            return Err(e);
         }
-        self.mgr
-            .maintain_splits(&mut splits, &touched, &catalog, ts);
-        drop(splits);
-        drop(log);
-        // Outside the commit lock: share a flush with concurrent commits.
-        if group_commit && !info.two_phase {
-            self.mgr.make_durable(ts)?;
-        }
+        span.record("ts", ts);
+        span.record("splits", tracing::field::debug(&info.splits));
+        span.record("two_phase", info.two_phase);
+        self.mgr.note_commit(&groups, ts);
+        self.mgr.finish_commit(ts, true)?;
         Ok(Some(info))
     }
 }

@@ -1,19 +1,25 @@
 //! Two-phase commit across splits, and its recovery.
 //!
 //! A transaction whose writes fall in more than one split commits in four
-//! durable steps (each one atomic `apply_batch` plus a flush):
+//! steps, each an atomic `apply_batch`:
 //!
 //! ```text
 //!  1. prepare   for each participant split p:  meta prep/<ts>/<p> = p's writes
+//!               flush                          (every participant is prepared)
 //!  2. decide    coordinator:                   meta decision/<ts> = [participants]
+//!               flush                          (the commit point)
 //!  3. apply     for each participant split p:  versions of p's writes at ts, delete prep/<ts>/<p>
-//!  4. finish    delete decision/<ts>, last_commit_ts = ts, then publish ts to readers
+//!  4. finish    delete decision/<ts>, last_commit_ts = max(stored, ts)
 //! ```
 //!
-//! Readers only see timestamps up to the store's visible timestamp, which is
-//! published after step 4, so no reader ever sees part of a transaction;
-//! they never wait either. Commits are serialized, so at most one
-//! transaction is in doubt at a time.
+//! Once the decision is durable the outcome is certain — recovery applies
+//! the remaining prepared records — so steps 3 and 4 need no flush of
+//! their own. The two flushes are shared with concurrent commits (group
+//! commit), and several two-phase commits may be in doubt at once: they
+//! run outside the commit lock. Readers only see timestamps up to the
+//! store's visible timestamp, which passes `ts` only after step 4 (see the
+//! crate docs' commit pipeline), so no reader ever sees part of a
+//! transaction; they never wait either.
 //!
 //! Recovery ([`recover`], run when the database opens) finishes whatever a
 //! crash interrupted:

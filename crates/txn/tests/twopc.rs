@@ -225,3 +225,192 @@ fn crash_at_every_step_of_two_phase_commit_is_all_or_nothing() {
         t.commit().unwrap();
     }
 }
+
+/// Commits do not wait for each other to apply: while a two-phase commit
+/// is held after its decision, a one-split commit on another thread
+/// validates, applies and flushes (its version is in the store), but is not
+/// visible — nor acknowledged — until the earlier commit finishes, and no
+/// snapshot sees half of either.
+#[test]
+fn commits_apply_while_an_earlier_two_phase_commit_is_held() {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (m, c) = setup(dir.path());
+    let (a, b) = (1, ACCOUNTS - 2);
+    let single = 20;
+    let stats = m.split_stats().unwrap();
+    let starts: Vec<Vec<u8>> = stats.iter().map(|s| s.start.clone()).collect();
+    assert_ne!(
+        split_index(&starts, &account_key(&c, a)),
+        split_index(&starts, &account_key(&c, b))
+    );
+
+    let (reached_tx, reached_rx) = mpsc::channel::<()>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let reached_tx = std::sync::Mutex::new(reached_tx);
+    let release_rx = std::sync::Mutex::new(release_rx);
+    m.set_step_hook(Some(Arc::new(move |point| {
+        if point == CrashPoint::AfterDecision && std::thread::current().name() == Some("held-2pc") {
+            reached_tx.lock().unwrap().send(()).unwrap();
+            release_rx.lock().unwrap().recv().unwrap();
+        }
+    })));
+
+    let held = {
+        let (m, c) = (m.clone(), c.clone());
+        std::thread::Builder::new()
+            .name("held-2pc".into())
+            .spawn(move || {
+                let mut t = m.begin().unwrap();
+                t.put(account_key(&c, a), b"70".to_vec());
+                t.put(account_key(&c, b), b"130".to_vec());
+                t.commit().unwrap().unwrap()
+            })
+            .unwrap()
+    };
+    reached_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let visible_while_held = m.store().visible_ts();
+
+    let (done_tx, done_rx) = mpsc::channel();
+    let other = {
+        let (m, c) = (m.clone(), c.clone());
+        std::thread::spawn(move || {
+            let mut t = m.begin().unwrap();
+            t.put(account_key(&c, single), b"55".to_vec());
+            let info = t.commit().unwrap().unwrap();
+            done_tx.send(info.clone()).unwrap();
+            info
+        })
+    };
+    // The later commit's version reaches the store while the earlier
+    // commit is still held.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let newest = m
+            .store()
+            .get(&account_key(&c, single), u64::MAX)
+            .unwrap()
+            .unwrap();
+        if newest == b"55" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the one-split commit did not apply while a two-phase commit was held"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // ... but neither is visible nor acknowledged.
+    let visible_during = m.store().visible_ts();
+    assert!(visible_during >= visible_while_held);
+    assert_eq!(balance(&m, &c, single), 100);
+    assert_eq!((balance(&m, &c, a), balance(&m, &c, b)), (100, 100));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(done_rx.try_recv().is_err(), "acknowledged before visible");
+
+    release_tx.send(()).unwrap();
+    let first = held.join().unwrap();
+    let second = other.join().unwrap();
+    assert!(first.two_phase && !second.two_phase);
+    assert!(first.ts < second.ts);
+    assert!(
+        visible_during < first.ts,
+        "visible past a commit still in flight"
+    );
+    assert!(m.store().visible_ts() >= second.ts);
+    assert_eq!((balance(&m, &c, a), balance(&m, &c, b)), (70, 130));
+    assert_eq!(balance(&m, &c, single), 55);
+    m.set_step_hook(None);
+
+    // Both survive a restart.
+    drop(m);
+    let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+    assert_eq!((balance(&m, &c, a), balance(&m, &c, b)), (70, 130));
+    assert_eq!(balance(&m, &c, single), 55);
+}
+
+/// Many threads mixing one-split and two-phase transfers while readers
+/// check that every snapshot sums to the same total.
+#[test]
+fn concurrent_one_and_two_phase_transfers_keep_the_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, c) = setup(dir.path());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let total = |m: &Arc<TxnManager>| -> i64 {
+        let t = m.begin().unwrap();
+        (0..ACCOUNTS)
+            .map(|id| {
+                let v = t.get(&account_key(&c, id)).unwrap().unwrap();
+                String::from_utf8(v).unwrap().parse::<i64>().unwrap()
+            })
+            .sum()
+    };
+    let (two_phase, snapshots) = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (m, stop) = (m.clone(), stop.clone());
+                let total = &total;
+                scope.spawn(move || {
+                    let mut snapshots = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        assert_eq!(total(&m), ACCOUNTS * 100, "a snapshot saw half a transfer");
+                        snapshots += 1;
+                    }
+                    snapshots
+                })
+            })
+            .collect();
+        let writers: Vec<_> = (0..6u64)
+            .map(|w| {
+                let (m, c) = (m.clone(), c.clone());
+                scope.spawn(move || {
+                    let mut seed = w * 7919 + 1;
+                    let mut committed = 0;
+                    let mut two_phase = 0;
+                    while committed < 40 {
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let from = (seed >> 33) as i64 % ACCOUNTS;
+                        let to = (seed >> 17) as i64 % ACCOUNTS;
+                        if from == to {
+                            continue;
+                        }
+                        let mut t = m.begin().unwrap();
+                        let get = |t: &spindle_txn::Transaction, id| -> i64 {
+                            let v = t.get(&account_key(&c, id)).unwrap().unwrap();
+                            String::from_utf8(v).unwrap().parse().unwrap()
+                        };
+                        let (f, to_balance) = (get(&t, from), get(&t, to));
+                        t.put(account_key(&c, from), (f - 1).to_string().into_bytes());
+                        t.put(
+                            account_key(&c, to),
+                            (to_balance + 1).to_string().into_bytes(),
+                        );
+                        match t.commit() {
+                            Ok(Some(info)) => {
+                                committed += 1;
+                                two_phase += info.two_phase as usize;
+                            }
+                            Err(Error::Conflict) => {}
+                            other => panic!("unexpected commit result {other:?}"),
+                        }
+                    }
+                    two_phase
+                })
+            })
+            .collect();
+        let two_phase: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let snapshots: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        (two_phase, snapshots)
+    });
+    assert!(two_phase > 0, "no transfer crossed splits");
+    assert!(snapshots > 0);
+    assert_eq!(total(&m), ACCOUNTS * 100);
+    drop(m);
+    let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+    assert_eq!(total(&m), ACCOUNTS * 100);
+}
