@@ -28,9 +28,10 @@ struct Args {
 fn report(name: &str, r: &Result) -> f64 {
     let tps = r.commits as f64 / r.seconds;
     println!(
-        "| {name:<34} | {tps:>10.0} | {:>9} | {:>9} |",
+        "| {name:<38} | {tps:>10.0} | {:>9} | {:>9} | {:>17.2} |",
         r.hist.value_at_quantile(0.5),
-        r.hist.value_at_quantile(0.99)
+        r.hist.value_at_quantile(0.99),
+        r.commits as f64 / r.flushes.max(1) as f64
     );
     tps
 }
@@ -46,8 +47,12 @@ fn main() {
         "{splits} splits over {ACCOUNTS} accounts, {:.1}s per run, durable commits\n",
         args.seconds
     );
-    println!("| workload                           | commits/s  | p50 (µs)  | p99 (µs)  |");
-    println!("|------------------------------------|------------|-----------|-----------|");
+    println!(
+        "| workload                               | commits/s  | p50 (µs)  | p99 (µs)  | commits per flush |"
+    );
+    println!(
+        "|----------------------------------------|------------|-----------|-----------|-------------------|"
+    );
     // Client c owns split c (for 8 clients, splits 0..8) and, for
     // cross-split pairs, split c + 8.
     let same = |c: usize, _n: u64| s.same_split(c);

@@ -85,6 +85,8 @@ pub fn setup(dir: &std::path::Path) -> Setup {
 pub struct Result {
     pub commits: u64,
     pub seconds: f64,
+    /// Durable flushes the transaction layer made during the run.
+    pub flushes: u64,
     pub hist: Histogram<u64>,
 }
 
@@ -98,6 +100,7 @@ pub fn run(
 ) -> Result {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
+    let flushes_before = s.mgr.flush_count();
     let hists: Vec<Histogram<u64>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|client| {
@@ -131,6 +134,7 @@ pub fn run(
     Result {
         commits: hist.len(),
         seconds: start.elapsed().as_secs_f64(),
+        flushes: s.mgr.flush_count() - flushes_before,
         hist,
     }
 }

@@ -387,7 +387,10 @@ impl TxnManager {
     /// share the next. Without group commit, each caller flushes.
     fn make_durable(&self) -> Result<()> {
         if !self.group_commit.load(Ordering::Relaxed) {
-            return Ok(self.store.flush()?);
+            let n = self.flushes_started.fetch_add(1, Ordering::AcqRel) + 1;
+            self.store.flush()?;
+            self.flushes_done.fetch_max(n, Ordering::AcqRel);
+            return Ok(());
         }
         // Flushes numbered above `started` begin after this load, hence
         // after the caller's batches were applied.
@@ -398,8 +401,14 @@ impl TxnManager {
         }
         let n = self.flushes_started.fetch_add(1, Ordering::AcqRel) + 1;
         self.store.flush()?;
-        self.flushes_done.store(n, Ordering::Release);
+        self.flushes_done.fetch_max(n, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// How many group-commit flushes have run (benchmarks report commits
+    /// per flush).
+    pub fn flush_count(&self) -> u64 {
+        self.flushes_done.load(Ordering::Acquire)
     }
 
     /// Applies the batch that makes commit `ts` final (a one-phase commit,
