@@ -951,6 +951,19 @@ async fn json_columns_are_described_as_jsonb() {
     assert_eq!(row.columns()[0].type_().oid(), Type::TEXT.oid());
     assert_eq!(row.columns()[1].type_().oid(), 3802);
     assert_eq!(row.get::<_, String>(0), "{\"a\":[1,2]}");
+    // Repeated output names are allowed, as in PostgreSQL, and each column
+    // keeps its own type.
+    for sql in [
+        "SELECT info::text, info FROM docs ORDER BY id",
+        "SELECT info::text, info FROM docs WHERE id = 1",
+    ] {
+        assert_eq!(types(sql).await, vec![Type::TEXT, Type::JSONB], "{sql}");
+        let stmt = client.prepare(sql).await.unwrap();
+        let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+        assert_eq!(names, ["info", "info"], "{sql}");
+        let rows = client.query(&stmt, &[]).await.unwrap();
+        assert_eq!(rows[0].get::<_, String>(0), "{\"a\":[1,2]}", "{sql}");
+    }
 
     // Values in binary (jsonb's version byte + text) and text format.
     let rows = client

@@ -359,6 +359,7 @@ async fn plan(
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
         .await?;
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+    let schema = crate::session::restore_output_names(&schema).unwrap_or(schema);
     let mut types = HashMap::new();
     for (name, ty) in plan.get_parameter_types()? {
         if let (Some(n), Some(ty)) = (

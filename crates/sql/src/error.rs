@@ -181,6 +181,10 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
                 "42P01"
             } else if msg.contains("No field named") {
                 "42703"
+            } else if msg.contains("unique expression names") {
+                // Two output columns of a derived table share a name: in
+                // PostgreSQL, referring to it is ambiguous.
+                "42702"
             } else if msg.contains("Cannot infer common")
                 || msg.contains("Cannot coerce")
                 || msg.contains("No function matches")

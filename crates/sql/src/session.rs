@@ -443,7 +443,17 @@ pub(crate) async fn run_plan(
         .create_physical_plan(&optimized, &state)
         .await?;
     let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
-    Ok((schema, batches))
+    match restore_output_names(&schema) {
+        Some(named) => {
+            let batches = batches
+                .into_iter()
+                .map(|b| RecordBatch::try_new(named.clone(), b.columns().to_vec()))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(datafusion::error::DataFusionError::from)?;
+            Ok((named, batches))
+        }
+        None => Ok((schema, batches)),
+    }
 }
 
 /// `NUMERIC` without precision means Spindle's NUMERIC, DECIMAL(38, 9)
@@ -467,17 +477,16 @@ pub(crate) fn spindle_numeric_casts(stmt: &mut ast::Statement) {
 /// a function call is named after the function (`count`), anything else
 /// is `?column?`. DataFusion would name them after their expression
 /// (`Int64(1) + Int64(1)`) and refuses two equal names, which PostgreSQL
-/// allows (`SELECT a+1, a+1`), so repeats get a numeric suffix.
+/// allows (`SELECT a, a`, `SELECT a+1, a+1`, `SELECT j::text, j`): a
+/// repeated name is planned as `name` + [`DUP_MARK`] + a number, and
+/// [`restore_output_names`] gives the output its repeated names back.
 pub(crate) fn unique_output_names(body: &mut ast::SetExpr) {
     match body {
         ast::SetExpr::Select(select) => {
             let mut seen = std::collections::HashMap::<String, usize>::new();
             for item in select.projection.iter_mut() {
                 let name = match item {
-                    ast::SelectItem::UnnamedExpr(e) => match pg_output_name(e) {
-                        Some(n) => n,
-                        None => continue,
-                    },
+                    ast::SelectItem::UnnamedExpr(e) => pg_output_name(e),
                     ast::SelectItem::ExprWithAlias { alias, .. } => {
                         crate::parser::fold_ident(alias)
                     }
@@ -485,17 +494,27 @@ pub(crate) fn unique_output_names(body: &mut ast::SetExpr) {
                 };
                 let n = seen.entry(name.clone()).or_insert(0);
                 *n += 1;
-                let unique = if *n == 1 { name } else { format!("{name}{n}") };
-                if let ast::SelectItem::UnnamedExpr(expr) = item {
-                    let alias = ast::Ident::with_quote('"', unique);
-                    *item = ast::SelectItem::ExprWithAlias {
-                        expr: expr.clone(),
-                        alias,
-                    };
-                } else if let ast::SelectItem::ExprWithAlias { alias, .. } = item {
-                    if *n > 1 {
+                let unique = if *n == 1 {
+                    name
+                } else {
+                    format!("{name}{DUP_MARK}{n}")
+                };
+                match item {
+                    // A column keeps DataFusion's own name unless repeated.
+                    ast::SelectItem::UnnamedExpr(
+                        ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_),
+                    ) if *n == 1 => {}
+                    ast::SelectItem::UnnamedExpr(expr) => {
+                        let alias = ast::Ident::with_quote('"', unique);
+                        *item = ast::SelectItem::ExprWithAlias {
+                            expr: expr.clone(),
+                            alias,
+                        };
+                    }
+                    ast::SelectItem::ExprWithAlias { alias, .. } if *n > 1 => {
                         *alias = ast::Ident::with_quote('"', unique);
                     }
+                    _ => {}
                 }
             }
         }
@@ -508,24 +527,50 @@ pub(crate) fn unique_output_names(body: &mut ast::SetExpr) {
     }
 }
 
-/// PostgreSQL's name for an unnamed select item; `None` for plain column
-/// references, which DataFusion already names like PostgreSQL.
-fn pg_output_name(e: &ast::Expr) -> Option<String> {
+/// Separates a repeated output name from the number that made it unique
+/// for planning (a private-use character, never in a user's name).
+pub(crate) const DUP_MARK: char = '\u{E000}';
+
+/// The output schema with the names [`unique_output_names`] made unique
+/// repeated again, as PostgreSQL names them; `None` if nothing was renamed.
+pub(crate) fn restore_output_names(schema: &SchemaRef) -> Option<SchemaRef> {
+    if !schema.fields().iter().any(|f| f.name().contains(DUP_MARK)) {
+        return None;
+    }
+    let fields: Vec<datafusion::arrow::datatypes::FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().split_once(DUP_MARK) {
+            Some((name, _)) => Arc::new(f.as_ref().clone().with_name(name)),
+            None => f.clone(),
+        })
+        .collect();
+    Some(Arc::new(
+        datafusion::arrow::datatypes::Schema::new(fields).with_metadata(schema.metadata().clone()),
+    ))
+}
+
+/// PostgreSQL's name for an unnamed select item.
+fn pg_output_name(e: &ast::Expr) -> String {
     match e {
-        ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => None,
+        ast::Expr::Identifier(i) => crate::parser::fold_ident(i),
+        ast::Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .map(crate::parser::fold_ident)
+            .unwrap_or_else(|| "?column?".into()),
         ast::Expr::Function(f) => f
             .name
             .0
             .last()
             .and_then(|p| p.as_ident())
-            .map(|i| i.value.to_lowercase()),
+            .map(|i| i.value.to_lowercase())
+            .unwrap_or_else(|| "?column?".into()),
         ast::Expr::Nested(inner) => pg_output_name(inner),
         ast::Expr::Cast { expr, .. } => match expr.as_ref() {
-            ast::Expr::Identifier(i) => Some(crate::parser::fold_ident(i)),
-            ast::Expr::CompoundIdentifier(parts) => parts.last().map(crate::parser::fold_ident),
+            ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => pg_output_name(expr),
             other => pg_output_name(other),
         },
-        _ => Some("?column?".into()),
+        _ => "?column?".into(),
     }
 }
 
