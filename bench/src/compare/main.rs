@@ -105,7 +105,7 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(&args) {
+    if let Err(e) = procs::install_signal_handler().and_then(|_| run(&args)) {
         eprintln!("compare: {e}");
         std::process::exit(1);
     }

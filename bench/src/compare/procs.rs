@@ -1,16 +1,63 @@
 //! The servers the run starts and always stops: PostgreSQL 15 in a
 //! temporary cluster and `spindle serve` on a temporary data directory.
 //! Each is a guard whose `Drop` stops the process (on success, on error and
-//! on a panic, which unwinds). A `kill -9` of the harness leaves them
-//! running; their directories are under the system temp dir.
+//! on a panic, which unwinds). Ctrl-C, SIGTERM or SIGHUP stop them too
+//! ([`install_signal_handler`]: drops do not run when a signal ends the
+//! process). Only a `kill -9` of the harness leaves them running; their
+//! directories are under the system temp dir.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::util::{fail, progress, Context, Result};
+
+/// How to stop a running server and remove its directory if a signal ends
+/// the harness; registered while the server runs.
+type EmergencyStop = Box<dyn FnOnce() + Send>;
+
+static LIVE: Mutex<Vec<(u64, EmergencyStop)>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+fn register(stop: EmergencyStop) -> u64 {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    LIVE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((id, stop));
+    id
+}
+
+fn deregister(id: u64) {
+    LIVE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(i, _)| *i != id);
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: stop every server the harness started,
+/// remove their directories and exit with 130.
+pub fn install_signal_handler() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).ctx("signal handler")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                eprintln!("compare: interrupted by signal {sig}; stopping the servers");
+                let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
+                for (_, stop) in live {
+                    stop();
+                }
+                std::process::exit(130);
+            }
+        })
+        .ctx("signal thread")?;
+    Ok(())
+}
 
 /// A free loopback port (bound, read, released: another process could take
 /// it in between, which then fails the server's start loudly).
@@ -66,6 +113,7 @@ pub struct Postgres {
     pub version: String,
     dir: tempfile::TempDir,
     started: bool,
+    emergency: Option<u64>,
 }
 
 impl Postgres {
@@ -115,6 +163,7 @@ impl Postgres {
             version: String::new(),
             dir,
             started: false,
+            emergency: None,
         };
         pg.version = run_checked(
             pg.command("postgres").arg("--version"),
@@ -140,6 +189,16 @@ impl Postgres {
             pg.dir.path().display()
         );
         pg.started = true; // from here on, Drop tries to stop it
+        let mut stop = pg.command("pg_ctl");
+        stop.arg("-D")
+            .arg(pg.data())
+            .args(["-m", "immediate", "-w", "-t", "30", "stop"])
+            .stdout(Stdio::null());
+        let dir = pg.dir.path().to_path_buf();
+        pg.emergency = Some(register(Box::new(move || {
+            let _ = stop.status();
+            let _ = std::fs::remove_dir_all(dir);
+        })));
         run_checked(
             pg.command("pg_ctl")
                 .arg("-D")
@@ -168,6 +227,9 @@ impl Drop for Postgres {
         if !self.started {
             return;
         }
+        if let Some(id) = self.emergency {
+            deregister(id);
+        }
         let r = self
             .command("pg_ctl")
             .arg("-D")
@@ -187,6 +249,7 @@ pub struct Spindle {
     child: Child,
     pub port: u16,
     log: PathBuf,
+    emergency: u64,
     _dir: tempfile::TempDir,
 }
 
@@ -209,10 +272,24 @@ impl Spindle {
             .stderr(logfile)
             .spawn()
             .ctx(format!("starting {}", bin.display()))?;
+        let pid = child.id().to_string();
+        let path = dir.path().to_path_buf();
+        let emergency = register(Box::new(move || {
+            // The server stops gracefully on SIGTERM within a few seconds.
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let _ = Command::new("sh")
+                .args([
+                    "-c",
+                    &format!("for i in $(seq 100); do kill -0 {pid} 2>/dev/null || exit 0; sleep 0.1; done; kill -9 {pid}"),
+                ])
+                .status();
+            let _ = std::fs::remove_dir_all(path);
+        }));
         let mut s = Spindle {
             child,
             port,
             log,
+            emergency,
             _dir: dir,
         };
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -238,6 +315,7 @@ impl Spindle {
 
 impl Drop for Spindle {
     fn drop(&mut self) {
+        deregister(self.emergency);
         // SIGTERM is a graceful stop; kill it if it has not exited in 30 s.
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
