@@ -96,6 +96,13 @@ pub(crate) fn literal_value(e: &ast::Expr) -> Option<Value> {
             op: ast::UnaryOperator::Minus,
             expr,
         } => match literal_value(expr)? {
+            // -9223372036854775808: the magnitude alone is not an INT64.
+            Value::Numeric(_)
+                if matches!(&**expr, ast::Expr::Value(v)
+                    if matches!(&v.value, ast::Value::Number(n, _) if n == "9223372036854775808")) =>
+            {
+                Some(Value::Int64(i64::MIN))
+            }
             Value::Int64(i) => Some(Value::Int64(i.checked_neg()?)),
             Value::Float64(f) => Some(Value::Float64(-f)),
             Value::Numeric(n) => Some(Value::Numeric(-n)),
@@ -475,7 +482,9 @@ fn put_row(
         .filter(|(c, _)| !table.is_key_column(&c.name))
         .map(|(c, v)| (c.id, v))
         .collect();
-    crate::blocking(|| maintain(txn, indexes, old, Some(full), pending))?;
+    // Point reads and buffered writes of index entries: inline (see
+    // `crate::blocking`).
+    maintain(txn, indexes, old, Some(full), pending)?;
     if pending {
         txn.put_pending(key, row::encode_row(&cols));
     } else {
@@ -600,9 +609,7 @@ async fn write_inserted_row(
         let key = catalog
             .encode_key(&table.name, &key_vals(&full))
             .map_err(key_error)?;
-        if hidden.is_none()
-            || crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?.is_none()
-        {
+        if hidden.is_none() || ctx.lock()?.get(&key).map_err(Error::from)?.is_none() {
             break key;
         }
     };
@@ -614,7 +621,7 @@ async fn write_inserted_row(
             let pkey = catalog
                 .encode_key(&parent.name, &kv[..parent.primary_key.len()])
                 .map_err(key_error)?;
-            if crate::blocking(|| ctx.lock()?.get(&pkey).map_err(Error::from))?.is_none() {
+            if ctx.lock()?.get(&pkey).map_err(Error::from)?.is_none() {
                 return Err(Error::ForeignKeyViolation(format!(
                     "insert on table \"{}\" violates interleave in parent \"{}\": parent row with key {} does not exist",
                     table.name,
@@ -624,7 +631,7 @@ async fn write_inserted_row(
             }
         }
     }
-    let existing = crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?;
+    let existing = ctx.lock()?.get(&key).map_err(Error::from)?;
     let Some(existing) = existing else {
         put_row(&mut *ctx.lock()?, table, indexes, key, &full, None)?;
         return Ok(true);
@@ -936,7 +943,7 @@ fn point_update_rows(
     let Ok(key) = catalog.encode_key(&table.name, &kv) else {
         return Ok(None);
     };
-    let stored = crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?;
+    let stored = ctx.lock()?.get(&key).map_err(Error::from)?;
     let Some(stored) = stored else {
         return Ok(Some(Vec::new()));
     };

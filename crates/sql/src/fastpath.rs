@@ -386,7 +386,7 @@ pub(crate) fn point_select(
             let Ok(key) = catalog.encode_key(&table.name, &eq) else {
                 return Ok(None);
             };
-            let stored = crate::blocking(|| ctx.lock()?.get(&key).map_err(Error::from))?;
+            let stored = ctx.lock()?.get(&key).map_err(Error::from)?;
             match stored {
                 None => Vec::new(),
                 Some(v) => vec![crate::dml::stored_row(table, &eq, &v)?],

@@ -693,7 +693,7 @@ impl Session {
                 let mut guard = txn
                     .lock()
                     .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
-                if let Some(info) = crate::blocking(|| guard.commit())? {
+                if let Some(info) = crate::commit_txn(&mut guard)? {
                     self.last_commit_ts = Some(info.ts);
                 }
                 Ok(Output::command("COMMIT"))
@@ -813,11 +813,10 @@ impl Session {
                 txn: txn.clone(),
             };
             let out = ctx.run(stmt.clone(), self.default_read_only).await?;
-            let committed = crate::blocking(|| {
-                txn.lock()
-                    .map_err(|_| Error::Internal("transaction lock poisoned".into()))
-                    .map(|mut t| t.commit())
-            })?;
+            let committed = txn
+                .lock()
+                .map_err(|_| Error::Internal("transaction lock poisoned".into()))
+                .map(|mut t| crate::commit_txn(&mut t))?;
             match committed {
                 Ok(info) => {
                     if let Some(info) = info {
