@@ -445,9 +445,14 @@ pub(crate) async fn run_plan(
     let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
     match restore_output_names(&schema) {
         Some(named) => {
+            // Each batch renamed by its own schema: its types may differ
+            // from the logical plan's (e.g. Utf8View for Utf8).
             let batches = batches
                 .into_iter()
-                .map(|b| RecordBatch::try_new(named.clone(), b.columns().to_vec()))
+                .map(|b| match restore_output_names(&b.schema()) {
+                    Some(s) => RecordBatch::try_new(s, b.columns().to_vec()),
+                    None => Ok(b),
+                })
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(datafusion::error::DataFusionError::from)?;
             Ok((named, batches))
