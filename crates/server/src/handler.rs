@@ -559,7 +559,7 @@ impl Handler {
         let stmts = match session
             .engine()
             .parse_cached(sql)
-            .and_then(|s| spindle_sql::bind::bind_params((*s).clone(), &[]))
+            .and_then(|s| spindle_sql::bind::bind_params(s.stmts.clone(), &[]))
         {
             Ok(s) => s,
             Err(e) => {

@@ -34,6 +34,7 @@ use spindle_keys::{row, Value};
 
 use crate::ddl::eval_default;
 use crate::error::{Error, Result};
+use crate::fastpath::Slot;
 use crate::index::{maintain, IndexPlan};
 use crate::parser::{fold_ident, object_name};
 use crate::session::{run_plan, StatementContext};
@@ -402,6 +403,140 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
     Ok(count)
 }
 
+/// A planned `INSERT INTO t [(cols)] VALUES (…), …` whose values are all
+/// literals or parameters, with no ON CONFLICT, RETURNING or DEFAULT, into
+/// a table without a hidden key whose other columns have no default: what
+/// [`insert`] would do, without its per-statement work.
+#[derive(Debug)]
+pub(crate) struct InsertPlan {
+    table: Table,
+    /// Column indexes the values go to.
+    targets: Vec<usize>,
+    rows: Vec<Vec<Slot>>,
+    key_idx: Vec<usize>,
+    indexes: Vec<IndexPlan>,
+}
+
+/// Plans `ins` for [`run_insert`], or `None` if it is not of that form.
+pub(crate) fn plan_insert(
+    catalog: &Catalog,
+    ins: &ast::Insert,
+    upsert: bool,
+) -> Option<InsertPlan> {
+    // Anything but the plain form (including clauses of other dialects)
+    // goes the general way.
+    if upsert
+        || ins.or.is_some()
+        || ins.ignore
+        || ins.overwrite
+        || ins.replace_into
+        || ins.on.is_some()
+        || ins.returning.is_some()
+        || ins.output.is_some()
+        || ins.table_alias.is_some()
+        || ins.partitioned.is_some()
+        || ins.priority.is_some()
+        || ins.insert_alias.is_some()
+        || ins.settings.is_some()
+        || ins.format_clause.is_some()
+        || ins.multi_table_insert_type.is_some()
+        || !ins.optimizer_hints.is_empty()
+        || !ins.assignments.is_empty()
+        || !ins.after_columns.is_empty()
+    {
+        return None;
+    }
+    let ast::TableObject::TableName(name) = &ins.table else {
+        return None;
+    };
+    let table = catalog.table(&object_name(name).ok()?)?;
+    let targets: Vec<usize> = if ins.columns.is_empty() {
+        (0..table.columns.len())
+            .filter(|i| !table.columns[*i].hidden)
+            .collect()
+    } else {
+        let mut t = Vec::new();
+        for c in &ins.columns {
+            let [part] = c.0.as_slice() else {
+                return None;
+            };
+            let idx = table
+                .column_index(&fold_ident(part.as_ident()?))
+                .filter(|i| !table.columns[*i].hidden)?;
+            if t.contains(&idx) {
+                return None;
+            }
+            t.push(idx);
+        }
+        t
+    };
+    // Columns not given are NULL: no default to evaluate, no hidden key.
+    if table
+        .columns
+        .iter()
+        .enumerate()
+        .any(|(i, c)| !targets.contains(&i) && (c.hidden || c.default.is_some()))
+    {
+        return None;
+    }
+    let source = ins.source.as_ref()?;
+    if source.with.is_some() || source.order_by.is_some() || source.limit_clause.is_some() {
+        return None;
+    }
+    let ast::SetExpr::Values(values) = source.body.as_ref() else {
+        return None;
+    };
+    let mut rows = Vec::with_capacity(values.rows.len());
+    for r in &values.rows {
+        if r.len() != targets.len() {
+            return None;
+        }
+        rows.push(r.iter().map(Slot::of).collect::<Option<Vec<_>>>()?);
+    }
+    Some(InsertPlan {
+        table: table.clone(),
+        targets,
+        rows,
+        key_idx: table.key_indices(),
+        indexes: IndexPlan::for_table(catalog, &table.name).ok()?,
+    })
+}
+
+/// Runs an [`InsertPlan`] made against `catalog`: the number of rows
+/// inserted, or `None` (nothing written) when a parameter is missing.
+pub(crate) fn run_insert(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    plan: &InsertPlan,
+    params: &[Value],
+) -> Result<Option<u64>> {
+    let table = &plan.table;
+    let mut rows = Vec::with_capacity(plan.rows.len());
+    for r in &plan.rows {
+        let Some(values) = r
+            .iter()
+            .map(|s| s.resolve(params))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Ok(None);
+        };
+        rows.push(values);
+    }
+    for values in rows {
+        let mut full = vec![Value::Null; table.columns.len()];
+        for (pos, v) in plan.targets.iter().zip(values) {
+            let col = &table.columns[*pos];
+            full[*pos] = coerce(v, &col.data_type, &col.name)?;
+        }
+        if let Some((_, kv, _)) =
+            insert_if_absent(ctx, catalog, table, &plan.indexes, &plan.key_idx, &mut full)?
+        {
+            return Err(duplicate_key(table, &kv));
+        }
+    }
+    Ok(Some(plan.rows.len() as u64))
+}
+
 fn arity_error(got: usize, want: usize) -> Error {
     if got > want {
         Error::Syntax("INSERT has more expressions than target columns".into())
@@ -586,17 +721,22 @@ pub(crate) fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Res
     Ok(full)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn write_inserted_row(
+/// A row an INSERT found in its way: its storage key, key values and
+/// stored value.
+type ExistingRow = (Vec<u8>, Vec<Value>, Vec<u8>);
+
+/// Writes `full` (every column of `table`, the hidden key drawn here) as a
+/// new row after the interleave-in-parent check, unless a row with its key
+/// exists: then nothing is written and the key, key values and stored
+/// value of that row come back.
+fn insert_if_absent(
     ctx: &StatementContext,
     catalog: &Catalog,
     table: &Table,
     indexes: &[IndexPlan],
     key_idx: &[usize],
-    mut full: Vec<Value>,
-    given: &[bool],
-    on_conflict: &OnConflict,
-) -> Result<bool> {
+    full: &mut [Value],
+) -> Result<Option<ExistingRow>> {
     // Hidden key: a random 64-bit value, so inserts spread over the key
     // space instead of piling onto its end.
     let hidden = table.columns.iter().position(|c| c.hidden);
@@ -607,13 +747,13 @@ async fn write_inserted_row(
             full[h] = Value::Int64(rand::random::<i64>());
         }
         let key = catalog
-            .encode_key(&table.name, &key_vals(&full))
+            .encode_key(&table.name, &key_vals(full))
             .map_err(key_error)?;
         if hidden.is_none() || ctx.lock()?.get(&key).map_err(Error::from)?.is_none() {
             break key;
         }
     };
-    let kv = key_vals(&full);
+    let kv = key_vals(full);
     // Interleave rule: the parent row must exist (IN PARENT only).
     if let Some(il) = &table.interleave {
         if il.kind == InterleaveKind::InParent {
@@ -631,18 +771,44 @@ async fn write_inserted_row(
             }
         }
     }
-    let existing = ctx.lock()?.get(&key).map_err(Error::from)?;
-    let Some(existing) = existing else {
-        put_row(&mut *ctx.lock()?, table, indexes, key, &full, None)?;
+    let mut txn = ctx.lock()?;
+    match txn.get(&key).map_err(Error::from)? {
+        Some(existing) => Ok(Some((key, kv, existing))),
+        None => {
+            put_row(&mut txn, table, indexes, key, full, None)?;
+            Ok(None)
+        }
+    }
+}
+
+/// The error of an INSERT whose key exists.
+fn duplicate_key(table: &Table, kv: &[Value]) -> Error {
+    Error::UniqueViolation(format!(
+        "duplicate key value violates unique constraint \"{}_pkey\": Key {} already exists",
+        table.name,
+        key_text(table, kv)
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write_inserted_row(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    table: &Table,
+    indexes: &[IndexPlan],
+    key_idx: &[usize],
+    mut full: Vec<Value>,
+    given: &[bool],
+    on_conflict: &OnConflict,
+) -> Result<bool> {
+    let Some((key, kv, existing)) =
+        insert_if_absent(ctx, catalog, table, indexes, key_idx, &mut full)?
+    else {
         return Ok(true);
     };
     let current = stored_row(table, &kv, &existing)?;
     match on_conflict {
-        OnConflict::Error => Err(Error::UniqueViolation(format!(
-            "duplicate key value violates unique constraint \"{}_pkey\": Key {} already exists",
-            table.name,
-            key_text(table, &kv)
-        ))),
+        OnConflict::Error => Err(duplicate_key(table, &kv)),
         OnConflict::Nothing => Ok(false),
         OnConflict::Replace => {
             put_row(
@@ -851,11 +1017,12 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     }
     // The fast path (full primary key); otherwise the rows come from a
     // query built from the statement.
-    let rows = match point_update_rows(ctx, &catalog, &table, &u)? {
-        Some(rows) => {
-            ctx.engine.count_fast_path();
-            rows
-        }
+    let point = point_update_rows(ctx, &catalog, &table, &u);
+    if !matches!(point, Ok(None)) {
+        ctx.engine.count_fast_path();
+    }
+    let rows = match point? {
+        Some(rows) => rows,
         None => {
             let mut items: Vec<String> = table
                 .columns

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast;
 use spindle_catalog::{Catalog, Table};
@@ -116,13 +116,14 @@ fn same_key_type(v: &Value, t: &DataType) -> bool {
 }
 
 /// Matches `k1 = v1 AND k2 = v2 …` naming every key column of `table`
-/// exactly once with a literal of the column's type, and nothing else.
+/// exactly once with a literal of the column's type, and nothing else (in
+/// a bound statement: a placeholder left in it takes the general path).
 pub(crate) fn match_key(
     table: &Table,
     qualifiers: &[String],
     selection: Option<&ast::Expr>,
 ) -> Option<KeyMatch> {
-    match match_key_range(table, qualifiers, selection)? {
+    match match_key_range(table, qualifiers, selection)?.resolve(table, &[])? {
         KeyRange::Nothing => Some(KeyMatch::Nothing),
         KeyRange::Scan {
             eq,
@@ -133,29 +134,122 @@ pub(crate) fn match_key(
     }
 }
 
-/// What a WHERE clause said about a range of the primary key.
-pub(crate) enum KeyRange {
+/// What a WHERE clause said about a range of the primary key: with
+/// [`Slot`]s as matched, with values once the parameters are known.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyRange<V = Value> {
     /// A comparison with NULL: no row can match.
     Nothing,
     /// Equality on the first `eq.len()` key columns, then optional bounds
     /// (value, inclusive) on the next one.
     Scan {
-        eq: Vec<Value>,
-        lower: Option<(Value, bool)>,
-        upper: Option<(Value, bool)>,
+        eq: Vec<V>,
+        lower: Option<(V, bool)>,
+        upper: Option<(V, bool)>,
     },
+}
+
+/// A value the fast path compares or writes: a literal of the statement,
+/// or parameter `$n` (index `n - 1`), supplied when the statement runs. A
+/// plan made from a statement with placeholders is reused with new
+/// parameters; one made from a bound statement has only literals.
+#[derive(Debug, Clone)]
+pub(crate) enum Slot {
+    Value(Value),
+    Param(usize),
+}
+
+impl Slot {
+    /// A literal ([`literal_value`]) or a `$n` placeholder.
+    pub(crate) fn of(e: &ast::Expr) -> Option<Slot> {
+        if let Some(v) = literal_value(e) {
+            return Some(Slot::Value(v));
+        }
+        match e {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Placeholder(p) => p
+                    .strip_prefix('$')?
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .map(|n| Slot::Param(n - 1)),
+                _ => None,
+            },
+            ast::Expr::Nested(inner) => Slot::of(inner),
+            _ => None,
+        }
+    }
+
+    /// The value: the literal, or the parameter as binding would have made
+    /// it ([`crate::bind`] writes JSON as a text literal). `None` when the
+    /// parameter is missing (the general path reports that).
+    pub(crate) fn resolve(&self, params: &[Value]) -> Option<Value> {
+        match self {
+            Slot::Value(v) => Some(v.clone()),
+            Slot::Param(i) => Some(match params.get(*i)? {
+                Value::Json(s) => Value::String(s.clone()),
+                v => v.clone(),
+            }),
+        }
+    }
+}
+
+impl KeyRange<Slot> {
+    /// The range with `params` filled in, or `None` (take the general path)
+    /// when a parameter is missing or not of its key column's type. The
+    /// type of a literal was checked when matching.
+    pub(crate) fn resolve(&self, table: &Table, params: &[Value]) -> Option<KeyRange> {
+        let (eq, lower, upper) = match self {
+            KeyRange::Nothing => return Some(KeyRange::Nothing),
+            KeyRange::Scan { eq, lower, upper } => (eq, lower, upper),
+        };
+        let mut nothing = false;
+        let mut value = |pos: usize, s: &Slot| -> Option<Value> {
+            let v = s.resolve(params)?;
+            if v.is_null() {
+                nothing = true;
+            } else if !same_key_type(
+                &v,
+                &table.column(&table.primary_key.get(pos)?.name)?.data_type,
+            ) {
+                return None;
+            }
+            Some(v)
+        };
+        let eq_values = eq
+            .iter()
+            .enumerate()
+            .map(|(pos, s)| value(pos, s))
+            .collect::<Option<Vec<Value>>>()?;
+        let mut bound = |b: &Option<(Slot, bool)>| -> Option<Option<(Value, bool)>> {
+            match b {
+                None => Some(None),
+                Some((s, inclusive)) => Some(Some((value(eq.len(), s)?, *inclusive))),
+            }
+        };
+        let (lower, upper) = (bound(lower)?, bound(upper)?);
+        if nothing {
+            return Some(KeyRange::Nothing);
+        }
+        Some(KeyRange::Scan {
+            eq: eq_values,
+            lower,
+            upper,
+        })
+    }
 }
 
 /// Matches a conjunction of `=` on a prefix of the key columns and at most
 /// one lower and one upper bound (`>`, `>=`, `<`, `<=`) on the next key
 /// column, which must be ascending (and, with no lower bound, NOT NULL,
-/// since NULL keys sort first), each with a literal of the column's type.
-/// Anything else (other columns, OR, a gap in the prefix) is `None`.
+/// since NULL keys sort first), each with a literal of the column's type
+/// or a parameter (whose type [`KeyRange::resolve`] checks). Anything else
+/// (other columns, OR, a gap in the prefix) is `None`.
 pub(crate) fn match_key_range(
     table: &Table,
     qualifiers: &[String],
     selection: Option<&ast::Expr>,
-) -> Option<KeyRange> {
+) -> Option<KeyRange<Slot>> {
     fn conjuncts<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
         match e {
             ast::Expr::BinaryOp {
@@ -175,10 +269,10 @@ pub(crate) fn match_key_range(
         conjuncts(sel, &mut parts);
     }
     let n = table.primary_key.len();
-    let mut eq: Vec<Option<Value>> = vec![None; n];
+    let mut eq: Vec<Option<Slot>> = vec![None; n];
     // (key position, operator, value) of the bounds.
-    let mut bounds: Vec<(usize, ast::BinaryOperator, Value)> = Vec::new();
-    let mut nothing = false;
+    let mut bounds: Vec<(usize, ast::BinaryOperator, Slot)> = Vec::new();
+    let (mut nothing, mut params) = (false, false);
     for p in parts {
         let ast::Expr::BinaryOp { left, op, right } = p else {
             return None;
@@ -208,11 +302,12 @@ pub(crate) fn match_key_range(
             .primary_key
             .iter()
             .position(|k| k.name == column.name)?;
-        let v = literal_value(lit)?;
-        if v.is_null() {
-            nothing = true;
-        } else if !same_key_type(&v, &column.data_type) {
-            return None;
+        let v = Slot::of(lit)?;
+        match &v {
+            Slot::Value(v) if v.is_null() => nothing = true,
+            Slot::Value(v) if !same_key_type(v, &column.data_type) => return None,
+            Slot::Value(_) => {}
+            Slot::Param(_) => params = true,
         }
         match op {
             ast::BinaryOperator::Eq => {
@@ -228,14 +323,16 @@ pub(crate) fn match_key_range(
             _ => return None,
         }
     }
-    if nothing {
+    // With parameters, their types are checked first (when resolving, which
+    // then finds the NULL), as they would be without parameters.
+    if nothing && !params {
         return Some(KeyRange::Nothing);
     }
     let fixed = eq.iter().take_while(|v| v.is_some()).count();
     if eq[fixed..].iter().any(|v| v.is_some()) {
         return None;
     }
-    let eq: Vec<Value> = eq.into_iter().flatten().collect();
+    let eq: Vec<Slot> = eq.into_iter().flatten().collect();
     let (mut lower, mut upper) = (None, None);
     for (pos, op, v) in bounds {
         if pos != fixed || table.primary_key[pos].direction != spindle_keys::Direction::Asc {
@@ -290,6 +387,17 @@ fn scan_bounds(
     Some((start, end))
 }
 
+/// A planned `SELECT cols FROM t WHERE <key equality prefix [and a
+/// range]>`: everything but the parameters' values.
+#[derive(Debug)]
+pub(crate) struct SelectPlan {
+    table: Table,
+    /// Output columns: indexes into `table.columns`.
+    out: Vec<usize>,
+    schema: SchemaRef,
+    range: KeyRange<Slot>,
+}
+
 /// `SELECT cols FROM t WHERE <key equality prefix [and a range]>`: the
 /// result (a point read, or a scan of the key range), or `None` if the
 /// query is not of that form.
@@ -297,26 +405,33 @@ pub(crate) fn point_select(
     ctx: &StatementContext,
     stmt: &ast::Statement,
 ) -> Result<Option<Output>> {
+    let catalog = ctx.catalog()?;
+    match plan_select(&catalog, stmt) {
+        Some(plan) => run_select(ctx, &catalog, &plan, &[]),
+        None => Ok(None),
+    }
+}
+
+/// Plans a query for [`run_select`], or `None` if it is not of the form
+/// the fast path runs.
+pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<SelectPlan> {
     let ast::Statement::Query(q) = stmt else {
-        return Ok(None);
+        return None;
     };
     let ast::SetExpr::Select(s) = q.body.as_ref() else {
-        return Ok(None);
+        return None;
     };
     let ([from], Some(selection)) = (s.from.as_slice(), s.selection.as_ref()) else {
-        return Ok(None);
+        return None;
     };
     // No clause besides SELECT … FROM … WHERE, in the query or the select
     // (ORDER BY, LIMIT, DISTINCT, GROUP BY, WITH, locking, …).
     let items: Vec<String> = s.projection.iter().map(|p| p.to_string()).collect();
     let canonical = format!("SELECT {} FROM {from} WHERE {selection}", items.join(", "));
     if s.to_string() != canonical || q.to_string() != canonical {
-        return Ok(None);
+        return None;
     }
-    let catalog = ctx.catalog()?;
-    let Some((table, qualifiers)) = single_table(&catalog, from) else {
-        return Ok(None);
-    };
+    let (table, qualifiers) = single_table(catalog, from)?;
     // Output columns: `*`, `q.*`, columns, columns AS alias.
     let mut out: Vec<(usize, String)> = Vec::new();
     for item in &s.projection {
@@ -344,30 +459,23 @@ pub(crate) fn point_select(
                 }
             }
             ast::SelectItem::UnnamedExpr(e) => {
-                let Some(i) = column_ref(table, &qualifiers, e) else {
-                    return Ok(None);
-                };
+                let i = column_ref(table, &qualifiers, e)?;
                 out.push((i, table.columns[i].name.clone()));
             }
             ast::SelectItem::ExprWithAlias { expr, alias } => {
-                let Some(i) = column_ref(table, &qualifiers, expr) else {
-                    return Ok(None);
-                };
+                let i = column_ref(table, &qualifiers, expr)?;
                 out.push((i, fold_ident(alias)));
             }
-            _ => return Ok(None),
+            _ => return None,
         }
     }
     // Repeated output names get suffixes on the general path.
     let mut names: Vec<&str> = out.iter().map(|(_, n)| n.as_str()).collect();
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {
-        return Ok(None);
+        return None;
     }
-    let range = match match_key_range(table, &qualifiers, Some(selection)) {
-        None => return Ok(None),
-        Some(r) => r,
-    };
+    let range = match_key_range(table, &qualifiers, Some(selection))?;
     let full = table_schema(table, true);
     let fields: Vec<Field> = out
         .iter()
@@ -376,7 +484,27 @@ pub(crate) fn point_select(
             f.as_ref().clone().with_name(name)
         })
         .collect();
-    let schema = Arc::new(Schema::new(fields));
+    Some(SelectPlan {
+        table: table.clone(),
+        out: out.into_iter().map(|(i, _)| i).collect(),
+        schema: Arc::new(Schema::new(fields)),
+        range,
+    })
+}
+
+/// Runs a [`SelectPlan`] made against `catalog` with `params`; `None` when
+/// the parameters do not suit the fast path (the general path runs the
+/// statement).
+pub(crate) fn run_select(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    plan: &SelectPlan,
+    params: &[Value],
+) -> Result<Option<Output>> {
+    let table = &plan.table;
+    let Some(range) = plan.range.resolve(table, params) else {
+        return Ok(None);
+    };
     let rows: Vec<Vec<Value>> = match range {
         KeyRange::Nothing => Vec::new(),
         KeyRange::Scan { eq, lower, upper }
@@ -395,7 +523,7 @@ pub(crate) fn point_select(
         KeyRange::Scan { eq, lower, upper } => {
             let chain = catalog.ancestry(&table.name)?;
             let Some((start, end)) =
-                scan_bounds(&catalog, &chain, &eq, lower.as_ref(), upper.as_ref())
+                scan_bounds(catalog, &chain, &eq, lower.as_ref(), upper.as_ref())
             else {
                 return Ok(None);
             };
@@ -405,17 +533,21 @@ pub(crate) fn point_select(
     let batches = if rows.is_empty() {
         Vec::new()
     } else {
-        let arrays = out
+        let arrays = plan
+            .out
             .iter()
-            .map(|(i, _)| {
+            .map(|i| {
                 let vals: Vec<&Value> = rows.iter().map(|r| &r[*i]).collect();
                 build_array(&table.columns[*i].data_type, &vals)
             })
             .collect::<Result<Vec<_>>>()?;
-        vec![RecordBatch::try_new(schema.clone(), arrays)
+        vec![RecordBatch::try_new(plan.schema.clone(), arrays)
             .map_err(|e| Error::Internal(format!("key select batch: {e}")))?]
     };
-    Ok(Some(Output::Rows { schema, batches }))
+    Ok(Some(Output::Rows {
+        schema: plan.schema.clone(),
+        batches,
+    }))
 }
 
 /// The rows of `table` in `[start, end)`, in key order, jumping over the

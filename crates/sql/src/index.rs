@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::types::value_to_text;
 
 /// An index with its key layout resolved for one catalog.
+#[derive(Debug)]
 pub(crate) struct IndexPlan {
     pub index: Index,
     /// Root first; the last table is the index's virtual table.

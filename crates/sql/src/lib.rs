@@ -8,14 +8,18 @@
 //!
 //! Modules, in the order a statement meets them:
 //! * [`parser`] — statements, including CREATE TABLE … INTERLEAVE IN PARENT.
+//! * [`plan_cache`] — statements kept by SQL text with their fast plans
+//!   (a statement sent again is neither parsed nor planned again).
 //! * [`bind`] — `$n` parameters.
 //! * [`session`] — transaction blocks, autocommit, dispatch.
 //! * [`ddl`], [`dml`] — schema changes and writes.
 //! * [`provider`] — filters → key ranges → scans; [`info_schema`].
-//! * [`types`] — Spindle ↔ Arrow types and values.
+//! * [`types`] — Spindle ↔ Arrow types and values; `checked` — INT64
+//!   `+ - *` that fail on overflow instead of wrapping.
 //! * [`error`] — errors and the SQLSTATE mapping.
 
 pub mod bind;
+pub(crate) mod checked;
 pub mod ddl;
 pub mod describe;
 pub mod dml;
@@ -26,6 +30,7 @@ pub(crate) mod index;
 pub mod info_schema;
 pub mod parser;
 pub mod pg_catalog;
+pub mod plan_cache;
 pub mod provider;
 pub mod session;
 pub mod settings;

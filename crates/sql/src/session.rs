@@ -37,6 +37,7 @@ use tracing::{debug, info_span, Instrument};
 
 use crate::error::{Error, Result};
 use crate::parser::{self, Statement};
+use crate::plan_cache::Parsed;
 use crate::provider::{SpindleTable, TxnHandle};
 use crate::{bind, ddl, dml, info_schema};
 
@@ -72,7 +73,8 @@ pub struct Engine {
     /// (or the same text sent again) is not parsed again. Parsing does not
     /// depend on the schema, so entries never go stale; the map is emptied
     /// when it reaches [`PARSE_CACHE_ENTRIES`].
-    parsed: Mutex<HashMap<String, Arc<Vec<Statement>>>>,
+    /// Each with its fast plan ([`crate::plan_cache`]).
+    parsed: Mutex<HashMap<String, Arc<Parsed>>>,
     /// Statements that took the fast path ([`crate::fastpath`]).
     fast_path: std::sync::atomic::AtomicU64,
 }
@@ -101,6 +103,10 @@ impl Engine {
             .with_default_features()
             .build();
         crate::pg_catalog::register_functions(&mut base)?;
+        datafusion::execution::FunctionRegistry::register_expr_planner(
+            &mut base,
+            Arc::new(crate::checked::CheckedIntArithmetic::new()),
+        )?;
         Ok(Arc::new(Engine {
             mgr,
             base,
@@ -121,13 +127,13 @@ impl Engine {
     }
 
     /// Parses `sql`, or returns the statements it parsed to before.
-    pub fn parse_cached(&self, sql: &str) -> Result<Arc<Vec<Statement>>> {
+    pub fn parse_cached(&self, sql: &str) -> Result<Arc<Parsed>> {
         if let Ok(map) = self.parsed.lock() {
             if let Some(stmts) = map.get(sql) {
                 return Ok(stmts.clone());
             }
         }
-        let stmts = Arc::new(parser::parse(sql)?);
+        let stmts = Arc::new(Parsed::new(parser::parse(sql)?));
         if sql.len() <= PARSE_CACHE_MAX_SQL {
             if let Ok(mut map) = self.parsed.lock() {
                 if map.len() >= PARSE_CACHE_ENTRIES {
@@ -638,14 +644,17 @@ impl Session {
     /// Runs every statement of `sql` with positional parameters `$1…`,
     /// stopping at the first error.
     pub async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
-        let stmts = match self.engine.parse_cached(sql) {
+        let parsed = match self.engine.parse_cached(sql) {
             Ok(s) => s,
             Err(e) => {
                 self.fail();
                 return Err(e);
             }
         };
-        let stmts = bind::bind_params((*stmts).clone(), params)?;
+        if let Some(out) = self.execute_fast(&parsed, params).await? {
+            return Ok(vec![out]);
+        }
+        let stmts = bind::bind_params(parsed.stmts.clone(), params)?;
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in stmts {
             let tag = stmt.tag();
@@ -660,6 +669,56 @@ impl Session {
             out.push(r);
         }
         Ok(out)
+    }
+
+    /// Runs `parsed`'s one statement by its fast plan with `params`
+    /// ([`crate::plan_cache`]), or returns `None` (nothing done) for the
+    /// general path to run it.
+    async fn execute_fast(&mut self, parsed: &Parsed, params: &[Value]) -> Result<Option<Output>> {
+        let [stmt] = parsed.stmts.as_slice() else {
+            return Ok(None);
+        };
+        if self.failed || !matches!(stmt, Statement::Query(_) | Statement::Insert { .. }) {
+            return Ok(None);
+        }
+        let span = info_span!("statement", kind = stmt.tag(), rows = tracing::field::Empty);
+        let Some(txn) = self.txn.clone() else {
+            return self
+                .autocommit(Work::Fast(parsed, params))
+                .instrument(span)
+                .await;
+        };
+        let _entered = span.enter();
+        let ctx = StatementContext {
+            engine: self.engine.clone(),
+            txn,
+        };
+        let catalog = ctx.catalog()?;
+        let Some(plan) = parsed.fast_plan(&catalog) else {
+            return Ok(None);
+        };
+        if plan.writes() && self.read_only {
+            return Ok(None);
+        }
+        let r = plan.run(&ctx, &catalog, params);
+        if !matches!(r, Ok(None)) {
+            self.engine.count_fast_path();
+        }
+        match r {
+            Ok(Some(out)) => {
+                self.txn_used = true;
+                if let Output::Command { rows, .. } = &out {
+                    span.record("rows", rows);
+                }
+                Ok(Some(out))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.txn_used = true;
+                self.failed = true;
+                Err(e)
+            }
+        }
     }
 
     /// Marks an open transaction block failed (25P02 until ROLLBACK), as
@@ -773,7 +832,12 @@ impl Session {
                         }
                         r
                     }
-                    None => self.autocommit(stmt).await,
+                    None => self
+                        .autocommit(Work::Statement(stmt))
+                        .await?
+                        .ok_or_else(|| {
+                            Error::Internal("an autocommit statement gave no result".into())
+                        }),
                 }
             }
         }
@@ -800,15 +864,21 @@ impl Session {
         parse_staleness(&value, now_micros())
     }
 
-    async fn autocommit(&mut self, stmt: Statement) -> Result<Output> {
+    /// Runs `work` in a transaction of its own and commits it, retrying
+    /// serialization conflicts. `None` only for [`Work::Fast`] when the
+    /// plan cannot run it (nothing was written).
+    async fn autocommit(&mut self, work: Work<'_>) -> Result<Option<Output>> {
+        let query = match &work {
+            Work::Statement(stmt) => matches!(stmt, Statement::Query(_)),
+            Work::Fast(parsed, _) => matches!(parsed.stmts.as_slice(), [Statement::Query(_)]),
+        };
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let stale = match &stmt {
-                Statement::Query(_) => self.stale_read_ts()?,
-                _ => None,
-            };
+            let stale = if query { self.stale_read_ts()? } else { None };
             let txn = match stale {
+                // Stale reads are rare; they take the general path.
+                Some(_) if matches!(work, Work::Fast(..)) => return Ok(None),
                 Some(ts) => self.engine.mgr.begin_at(ts)?,
                 None => self.engine.mgr.begin()?,
             };
@@ -817,7 +887,26 @@ impl Session {
                 engine: self.engine.clone(),
                 txn: txn.clone(),
             };
-            let out = ctx.run(stmt.clone(), self.default_read_only).await?;
+            let out = match &work {
+                Work::Statement(stmt) => ctx.run(stmt.clone(), self.default_read_only).await?,
+                Work::Fast(parsed, params) => {
+                    let catalog = ctx.catalog()?;
+                    let Some(plan) = parsed.fast_plan(&catalog) else {
+                        return Ok(None);
+                    };
+                    if plan.writes() && self.default_read_only {
+                        return Ok(None);
+                    }
+                    let r = plan.run(&ctx, &catalog, params);
+                    if !matches!(r, Ok(None)) {
+                        self.engine.count_fast_path();
+                    }
+                    match r? {
+                        Some(out) => out,
+                        None => return Ok(None),
+                    }
+                }
+            };
             let committed = txn
                 .lock()
                 .map_err(|_| Error::Internal("transaction lock poisoned".into()))
@@ -827,7 +916,7 @@ impl Session {
                     if let Some(info) = info {
                         self.last_commit_ts = Some(info.ts);
                     }
-                    return Ok(out);
+                    return Ok(Some(out));
                 }
                 Err(e) if e.is_retryable() && attempt < AUTOCOMMIT_ATTEMPTS => {
                     debug!(attempt, "autocommit statement conflicted; retrying");
@@ -838,6 +927,14 @@ impl Session {
             }
         }
     }
+}
+
+/// What an autocommit transaction runs.
+enum Work<'a> {
+    /// A bound statement, the general way.
+    Statement(Statement),
+    /// A cached statement's fast plan with these parameters.
+    Fast(&'a Parsed, &'a [Value]),
 }
 
 /// Read-only session parameter: the last commit timestamp (PGAdapter's name).

@@ -1,0 +1,133 @@
+//! Statements kept by SQL text, each with its fast plan.
+//!
+//! The engine keeps every statement it parsed (up to a bound) under its SQL
+//! text, so a statement sent again — a prepared statement executed over
+//! the wire, or the same `$n` text run again through the embedded API — is
+//! neither parsed nor planned again:
+//!
+//! ```text
+//! "SELECT v FROM kv WHERE id = $1" ──▶ Parsed { stmts, fast }
+//!                                              │
+//!        planned against catalog C ◀───────────┘  (Arc<Catalog>, Option<FastPlan>)
+//!
+//! execute(sql, [7]):  txn.catalog() is C ? ── yes ─▶ run the plan with [7]
+//!                                         └─ no ──▶ plan again for the new catalog
+//! plan None, or it declines the parameters ──▶ bind + the general path
+//! ```
+//!
+//! Invariants:
+//! * A plan is used only with the catalog it was made from: the cache
+//!   holds that `Arc<Catalog>` and compares pointers with the
+//!   transaction's (so the pointer cannot be reused by another catalog
+//!   while the plan lives). Any schema change makes a new catalog.
+//! * Running a plan gives what binding the parameters and running the
+//!   statement the general way gives — the same matchers decide
+//!   ([`crate::fastpath::plan_select`], [`crate::dml::plan_insert`]), and
+//!   parameters are checked against the key columns' types when the plan
+//!   runs ([`crate::fastpath::Slot`]). A plan that declines (a parameter
+//!   of another type, a missing one) has written nothing.
+//! * "No fast plan" is cached too, so a statement the fast path cannot run
+//!   costs one pointer comparison per execution, not another match.
+
+use std::sync::{Arc, Mutex};
+
+use spindle_catalog::Catalog;
+use spindle_keys::Value;
+
+use crate::dml::{plan_insert, run_insert, InsertPlan};
+use crate::error::Result;
+use crate::fastpath::{plan_select, run_select, SelectPlan};
+use crate::parser::Statement;
+use crate::session::{Output, StatementContext};
+
+/// A statement planned to run without binding or DataFusion.
+#[derive(Debug)]
+pub(crate) enum FastPlan {
+    Select(SelectPlan),
+    Insert(InsertPlan),
+}
+
+impl FastPlan {
+    fn new(catalog: &Catalog, stmt: &Statement) -> Option<FastPlan> {
+        match stmt {
+            Statement::Query(q) => plan_select(catalog, q).map(FastPlan::Select),
+            Statement::Insert { insert, upsert } => {
+                plan_insert(catalog, insert, *upsert).map(FastPlan::Insert)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether running the plan writes (refused in a read-only transaction).
+    pub(crate) fn writes(&self) -> bool {
+        matches!(self, FastPlan::Insert(_))
+    }
+
+    /// Runs the plan in `ctx`'s transaction, whose catalog is `catalog`
+    /// (the one the plan was made from). `None`: the parameters do not suit
+    /// the plan, nothing was read or written, take the general path.
+    pub(crate) fn run(
+        &self,
+        ctx: &StatementContext,
+        catalog: &Catalog,
+        params: &[Value],
+    ) -> Result<Option<Output>> {
+        match self {
+            FastPlan::Select(p) => run_select(ctx, catalog, p, params),
+            FastPlan::Insert(p) => {
+                Ok(
+                    run_insert(ctx, catalog, p, params)?.map(|n| Output::Command {
+                        tag: format!("INSERT 0 {n}"),
+                        rows: n,
+                    }),
+                )
+            }
+        }
+    }
+}
+
+/// A fast plan (or none) and the catalog it was made against.
+type PlannedFor = (Arc<Catalog>, Option<Arc<FastPlan>>);
+
+/// The statements of one SQL text, and the fast plan of the only one.
+pub struct Parsed {
+    pub stmts: Vec<Statement>,
+    /// The catalog the plan was made against, and the plan (`None`: the
+    /// fast path cannot run the text).
+    fast: Mutex<Option<PlannedFor>>,
+}
+
+impl Parsed {
+    pub(crate) fn new(stmts: Vec<Statement>) -> Parsed {
+        Parsed {
+            stmts,
+            fast: Mutex::new(None),
+        }
+    }
+
+    /// The fast plan of this text under `catalog`, made on first use.
+    pub(crate) fn fast_plan(&self, catalog: &Arc<Catalog>) -> Option<Arc<FastPlan>> {
+        let [stmt] = self.stmts.as_slice() else {
+            return None;
+        };
+        // A poisoned lock only means a panic elsewhere while planning; the
+        // statement then simply takes the general path.
+        let mut cached = self.fast.lock().ok()?;
+        if let Some((c, plan)) = cached.as_ref() {
+            if Arc::ptr_eq(c, catalog) {
+                return plan.clone();
+            }
+        }
+        let plan = FastPlan::new(catalog, stmt).map(Arc::new);
+        *cached = Some((catalog.clone(), plan.clone()));
+        plan
+    }
+}
+
+impl std::fmt::Debug for Parsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parsed")
+            .field("stmts", &self.stmts)
+            .finish()
+    }
+}
