@@ -95,6 +95,10 @@ pub struct Split {
     /// Deletes since `bytes` was last recounted (deletes do not know the
     /// size they freed).
     pub dirty_deletes: u64,
+    /// When `bytes` was last recounted by a scan, and what it was then:
+    /// recounts for load, and of an oversized split, are spaced out by
+    /// these (a recount scans the whole split).
+    pub recounted: Option<(Instant, u64)>,
 }
 
 impl Split {
@@ -108,6 +112,7 @@ impl Split {
             writes: Rate::default(),
             oversized: false,
             dirty_deletes: 0,
+            recounted: None,
         }
     }
 }

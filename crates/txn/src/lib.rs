@@ -204,6 +204,8 @@ fn now_micros() -> u64 {
 pub const DEFAULT_SPLIT_THRESHOLD: u64 = 64 * 1024 * 1024;
 /// A split whose writes per minute exceed this is split for load.
 pub const LOAD_SPLIT_WRITES_PER_MINUTE: u64 = 60_000;
+/// Least time between two recounts of a split for its write load.
+const LOAD_RECOUNT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 /// A split with at least this many reads and writes per minute is hot.
 pub const HOT_OPS_PER_MINUTE: u64 = 6_000;
 
@@ -639,17 +641,34 @@ impl TxnManager {
             let Some(idx) = map.splits().iter().position(|s| s.id == *id) else {
                 continue;
             };
-            let (bytes, rows, deletes, writes_pm) = {
+            let (bytes, rows, deletes, writes_pm, oversized, recounted) = {
                 let s = &mut map.splits_mut()[idx];
-                (s.bytes, s.rows, s.dirty_deletes, s.writes.per_minute())
+                let pm = s.writes.per_minute();
+                (
+                    s.bytes,
+                    s.rows,
+                    s.dirty_deletes,
+                    pm,
+                    s.oversized,
+                    s.recounted,
+                )
             };
-            let load = writes_pm >= LOAD_SPLIT_WRITES_PER_MINUTE;
+            // A recount scans the whole split, so the triggers that can
+            // repeat commit after commit are spaced out: sustained load
+            // recounts at most every LOAD_RECOUNT_INTERVAL, and a split
+            // already found to be one uncuttable row tree only once it has
+            // grown by a quarter since.
+            let since = recounted.map(|(at, _)| at.elapsed());
+            let load = writes_pm >= LOAD_SPLIT_WRITES_PER_MINUTE
+                && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL);
+            let big = bytes > threshold
+                && (!oversized || recounted.is_none_or(|(_, was)| bytes >= was + was / 4));
             // Sizes only grow between recounts; deletes make them stale, so
             // recount once a good share of the split may be gone. (Not on
             // every delete in a small split: the recount scans the split
             // under the commit lock, which made each DELETE cost a scan.)
             let shrunk = deletes > 0 && (deletes * 2 >= rows || deletes >= 1024);
-            let recount = bytes > threshold || load || shrunk;
+            let recount = big || load || shrunk;
             if !recount {
                 continue;
             }
@@ -664,6 +683,7 @@ impl TxnManager {
                 s.rows = rows;
                 s.dirty_deletes = 0;
                 s.oversized = false;
+                s.recounted = Some((std::time::Instant::now(), total));
             }
             if total > threshold || (load && sizes.len() > 1) {
                 // The row tree at which the running total passes half.
