@@ -366,6 +366,27 @@ fn cached_plans_follow_the_schema_and_the_parameters() {
     assert_eq!(rows.rows().unwrap()[0].get::<i64>(2).unwrap(), 70);
     let err = s.execute(insert, &key(1)).unwrap_err();
     assert_eq!(err.sqlstate(), "42P02");
+    // UPDATE by key: planned once, then run with each execution's values;
+    // a text delta is handed to the general path (which refuses to add
+    // text to INT64).
+    let update = "UPDATE Parents SET V = V + $3 WHERE A = $1 AND B = $2";
+    let k7 = |d: Value| vec![Value::String("k".into()), Value::Int64(7), d];
+    let before = count(&db);
+    assert_eq!(s.execute(update, &k7(Value::Int64(5))).unwrap(), 1);
+    assert_eq!(s.execute(update, &k7(Value::Int64(-3))).unwrap(), 1);
+    assert_eq!(count(&db), before + 2);
+    assert!(s.execute(update, &k7(Value::String("10".into()))).is_err());
+    assert_eq!(count(&db), before + 2);
+    let err = s.execute(update, &k7(Value::Int64(i64::MAX))).unwrap_err();
+    assert_eq!(err.sqlstate(), "22003");
+    let v: i64 = s
+        .query(select, &[Value::String("k".into()), Value::Int64(7)])
+        .unwrap()
+        .rows()
+        .unwrap()[0]
+        .get(2)
+        .unwrap();
+    assert_eq!(v, 72);
 
     // In a transaction block: a duplicate key fails the block (23505, then
     // 25P02) and nothing of it is written.

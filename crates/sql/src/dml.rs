@@ -34,7 +34,7 @@ use spindle_keys::{row, Value};
 
 use crate::ddl::eval_default;
 use crate::error::{Error, Result};
-use crate::fastpath::Slot;
+use crate::fastpath::{match_key_range, plan_set, single_table, KeyRange, SetPlan, Slot};
 use crate::index::{maintain, IndexPlan};
 use crate::parser::{fold_ident, object_name};
 use crate::session::{run_plan, StatementContext};
@@ -993,31 +993,13 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     let catalog = ctx.catalog()?;
     let (table_name, q) = target_table(&u.table)?;
     let table = catalog.get_table(&table_name)?.clone();
-    let mut targets = Vec::new();
-    for a in &u.assignments {
-        let name = assignment_column(&a.target)?;
-        let i = table
-            .column_index(&name)
-            .filter(|i| !table.columns[*i].hidden)
-            .ok_or_else(|| {
-                spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
-            })?;
-        if table.is_key_column(&name) {
-            return Err(Error::Unsupported(format!(
-                "cannot update primary key column \"{}\" of table \"{}\"; delete the row and insert a new one",
-                table.columns[i].name, table.name
-            )));
-        }
-        if targets.contains(&i) {
-            return Err(Error::Syntax(format!(
-                "multiple assignments to same column \"{name}\""
-            )));
-        }
-        targets.push(i);
-    }
+    let targets = update_targets(&table, &u)?;
     // The fast path (full primary key); otherwise the rows come from a
     // query built from the statement.
-    let point = point_update_rows(ctx, &catalog, &table, &u);
+    let point = match PointUpdate::plan(&catalog, &table, &u) {
+        Some(p) => p.rows(ctx, &catalog, &table, &[]),
+        None => Ok(None),
+    };
     if !matches!(point, Ok(None)) {
         ctx.engine.count_fast_path();
     }
@@ -1054,9 +1036,50 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
             query_rows(ctx, &sql, true).await?
         }
     };
+    let indexes = IndexPlan::for_table(&catalog, &table.name)?;
+    write_updates(ctx, &catalog, &table, &targets, &indexes, rows)
+}
+
+/// The columns an UPDATE's SET assigns, checked: visible, not in the key,
+/// each once.
+fn update_targets(table: &Table, u: &ast::Update) -> Result<Vec<usize>> {
+    let mut targets = Vec::new();
+    for a in &u.assignments {
+        let name = assignment_column(&a.target)?;
+        let i = table
+            .column_index(&name)
+            .filter(|i| !table.columns[*i].hidden)
+            .ok_or_else(|| {
+                spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
+            })?;
+        if table.is_key_column(&name) {
+            return Err(Error::Unsupported(format!(
+                "cannot update primary key column \"{}\" of table \"{}\"; delete the row and insert a new one",
+                table.columns[i].name, table.name
+            )));
+        }
+        if targets.contains(&i) {
+            return Err(Error::Syntax(format!(
+                "multiple assignments to same column \"{name}\""
+            )));
+        }
+        targets.push(i);
+    }
+    Ok(targets)
+}
+
+/// Writes an UPDATE's rows (every column of `table`, then the new values
+/// of `targets`); a row listed twice is written once. Returns the count.
+fn write_updates(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    table: &Table,
+    targets: &[usize],
+    indexes: &[IndexPlan],
+    rows: Vec<Vec<Value>>,
+) -> Result<u64> {
     let key_idx = table.key_indices();
     let ncols = table.columns.len();
-    let indexes = IndexPlan::for_table(&catalog, &table.name)?;
     let mut seen = HashSet::new();
     let mut count = 0;
     for r in rows {
@@ -1072,8 +1095,8 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
         }
         put_row(
             &mut *ctx.lock()?,
-            &table,
-            &indexes,
+            table,
+            indexes,
             key,
             &full,
             Some(&r[..ncols]),
@@ -1083,47 +1106,130 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     Ok(count)
 }
 
-/// The fast path of UPDATE by full primary key ([`crate::fastpath`]): the
-/// rows the general path's SELECT would return (every column, then the new
-/// values), or `None` to take the general path.
-fn point_update_rows(
+/// The fast path of UPDATE by full primary key ([`crate::fastpath`]).
+#[derive(Debug)]
+pub(crate) struct PointUpdate {
+    key: KeyRange<Slot>,
+    sets: Vec<SetPlan>,
+}
+
+impl PointUpdate {
+    /// Plans `u` (whose target is `table`), or `None` for the general path.
+    fn plan(catalog: &Catalog, table: &Table, u: &ast::Update) -> Option<PointUpdate> {
+        if u.from.is_some() {
+            return None;
+        }
+        let (t, quals) = single_table(catalog, &u.table)?;
+        if t.name != table.name {
+            return None;
+        }
+        let key = match match_key_range(table, &quals, u.selection.as_ref())? {
+            KeyRange::Scan { eq, lower, upper }
+                if lower.is_none() && upper.is_none() && eq.len() == table.primary_key.len() =>
+            {
+                KeyRange::Scan { eq, lower, upper }
+            }
+            KeyRange::Scan { .. } => return None,
+            KeyRange::Nothing => KeyRange::Nothing,
+        };
+        let sets = u
+            .assignments
+            .iter()
+            .map(|a| plan_set(table, &quals, &a.value))
+            .collect::<Option<Vec<_>>>()?;
+        Some(PointUpdate { key, sets })
+    }
+
+    /// The rows the general path's SELECT would return (every column,
+    /// then the new values), or `None` (nothing written) when the
+    /// parameters do not suit the plan.
+    fn rows(
+        &self,
+        ctx: &StatementContext,
+        catalog: &Catalog,
+        table: &Table,
+        params: &[Value],
+    ) -> Result<Option<Vec<Vec<Value>>>> {
+        let kv = match self.key.resolve(table, params) {
+            None => return Ok(None),
+            Some(KeyRange::Nothing) => return Ok(Some(Vec::new())),
+            Some(KeyRange::Scan { eq, .. }) => eq,
+        };
+        let Ok(key) = catalog.encode_key(&table.name, &kv) else {
+            return Ok(None);
+        };
+        let stored = ctx.lock()?.get(&key).map_err(Error::from)?;
+        let Some(stored) = stored else {
+            return Ok(Some(Vec::new()));
+        };
+        let mut row = stored_row(table, &kv, &stored)?;
+        let mut new = Vec::with_capacity(self.sets.len());
+        for set in &self.sets {
+            match set.eval(&row, params) {
+                None => return Ok(None),
+                Some(v) => new.push(v?),
+            }
+        }
+        row.extend(new);
+        Ok(Some(vec![row]))
+    }
+}
+
+/// A planned UPDATE by full primary key, kept with its statement
+/// ([`crate::plan_cache`]).
+#[derive(Debug)]
+pub(crate) struct UpdatePlan {
+    table: Table,
+    targets: Vec<usize>,
+    point: PointUpdate,
+    indexes: Vec<IndexPlan>,
+}
+
+/// Plans `u` for [`run_update`], or `None` for the general path (which
+/// also reports the statement's errors).
+pub(crate) fn plan_update(catalog: &Catalog, u: &ast::Update) -> Option<UpdatePlan> {
+    if u.returning.is_some() || u.or.is_some() || !u.order_by.is_empty() || u.limit.is_some() {
+        return None;
+    }
+    // The statement as the general path runs it (commit-timestamp
+    // placeholders rewritten); a rewritten one is not planned.
+    let mut stmt = ast::Statement::Update(u.clone());
+    rewrite_pending_commit_timestamp(&mut stmt);
+    if stmt != ast::Statement::Update(u.clone()) {
+        return None;
+    }
+    let (table_name, _) = target_table(&u.table).ok()?;
+    let table = catalog.table(&table_name)?;
+    let targets = update_targets(table, u).ok()?;
+    let point = PointUpdate::plan(catalog, table, u)?;
+    Some(UpdatePlan {
+        table: table.clone(),
+        targets,
+        point,
+        indexes: IndexPlan::for_table(catalog, &table.name).ok()?,
+    })
+}
+
+/// Runs an [`UpdatePlan`] made against `catalog`: the rows updated, or
+/// `None` (nothing written) when the parameters do not suit the plan.
+pub(crate) fn run_update(
     ctx: &StatementContext,
     catalog: &Catalog,
-    table: &Table,
-    u: &ast::Update,
-) -> Result<Option<Vec<Vec<Value>>>> {
-    use crate::fastpath::{eval_set, match_key, single_table, KeyMatch};
-    if u.from.is_some() {
-        return Ok(None);
-    }
-    let Some((t, quals)) = single_table(catalog, &u.table) else {
+    plan: &UpdatePlan,
+    params: &[Value],
+) -> Result<Option<u64>> {
+    let Some(rows) = plan.point.rows(ctx, catalog, &plan.table, params)? else {
         return Ok(None);
     };
-    if t.name != table.name {
-        return Ok(None);
-    }
-    let kv = match match_key(table, &quals, u.selection.as_ref()) {
-        None => return Ok(None),
-        Some(KeyMatch::Nothing) => return Ok(Some(Vec::new())),
-        Some(KeyMatch::Point(kv)) => kv,
-    };
-    let Ok(key) = catalog.encode_key(&table.name, &kv) else {
-        return Ok(None);
-    };
-    let stored = ctx.lock()?.get(&key).map_err(Error::from)?;
-    let Some(stored) = stored else {
-        return Ok(Some(Vec::new()));
-    };
-    let mut row = stored_row(table, &kv, &stored)?;
-    let mut new = Vec::with_capacity(u.assignments.len());
-    for a in &u.assignments {
-        match eval_set(table, &quals, &row, &a.value) {
-            None => return Ok(None),
-            Some(v) => new.push(v?),
-        }
-    }
-    row.extend(new);
-    Ok(Some(vec![row]))
+    write_updates(
+        ctx,
+        catalog,
+        &plan.table,
+        &plan.targets,
+        &plan.indexes,
+        rows,
+    )
+    .map(Some)
 }
 
 pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64> {

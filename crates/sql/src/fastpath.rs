@@ -583,25 +583,28 @@ fn scan_rows(
     Ok(rows)
 }
 
-/// Evaluates an UPDATE's SET value over the row's current values, for the
-/// forms the fast path knows: a literal, a column, and `col ± literal` /
-/// `literal + col` on INT64 (with PostgreSQL's overflow error). `None`
-/// sends the statement the general way.
-pub(crate) fn eval_set(
-    table: &Table,
-    qualifiers: &[String],
-    row: &[Value],
-    e: &ast::Expr,
-) -> Option<Result<Value>> {
-    if let Some(v) = literal_value(e) {
-        return Some(Ok(v));
+/// An UPDATE's SET value in a form the fast path knows: a literal or
+/// parameter, a column, or `col ± value` / `value + col` on INT64 (with
+/// PostgreSQL's overflow error). Anything else sends the statement the
+/// general way.
+#[derive(Debug)]
+pub(crate) enum SetPlan {
+    Value(Slot),
+    Column(usize),
+    AddInt64 { col: usize, rhs: Slot, minus: bool },
+}
+
+/// Plans a SET value ([`SetPlan`]), or `None`.
+pub(crate) fn plan_set(table: &Table, qualifiers: &[String], e: &ast::Expr) -> Option<SetPlan> {
+    if let Some(v) = Slot::of(e) {
+        return Some(SetPlan::Value(v));
     }
     if let Some(i) = column_ref(table, qualifiers, e) {
-        return Some(Ok(row[i].clone()));
+        return Some(SetPlan::Column(i));
     }
     let ast::Expr::BinaryOp { left, op, right } = e else {
         if let ast::Expr::Nested(inner) = e {
-            return eval_set(table, qualifiers, row, inner);
+            return plan_set(table, qualifiers, inner);
         }
         return None;
     };
@@ -621,22 +624,41 @@ pub(crate) fn eval_set(
     if table.columns[col].data_type != DataType::Int64 {
         return None;
     }
-    let rhs = match literal_value(lit)? {
-        Value::Int64(i) => Some(i),
-        Value::Null => None,
-        _ => return None,
-    };
-    Some(match (&row[col], rhs) {
-        (Value::Null, _) | (_, None) => Ok(Value::Null),
-        (Value::Int64(a), Some(b)) => {
-            let r = if minus {
-                a.checked_sub(b)
-            } else {
-                a.checked_add(b)
-            };
-            r.map(Value::Int64)
-                .ok_or_else(|| Error::OutOfRange("bigint out of range".into()))
+    let rhs = Slot::of(lit)?;
+    if let Slot::Value(v) = &rhs {
+        if !matches!(v, Value::Int64(_) | Value::Null) {
+            return None;
         }
-        _ => return None,
-    })
+    }
+    Some(SetPlan::AddInt64 { col, rhs, minus })
+}
+
+impl SetPlan {
+    /// The new value over the row's current values, or `None` when a
+    /// parameter does not suit the plan (take the general path).
+    pub(crate) fn eval(&self, row: &[Value], params: &[Value]) -> Option<Result<Value>> {
+        let (col, rhs, minus) = match self {
+            SetPlan::Value(v) => return Some(Ok(v.resolve(params)?)),
+            SetPlan::Column(i) => return Some(Ok(row[*i].clone())),
+            SetPlan::AddInt64 { col, rhs, minus } => (*col, rhs, *minus),
+        };
+        let rhs = match rhs.resolve(params)? {
+            Value::Int64(i) => Some(i),
+            Value::Null => None,
+            _ => return None,
+        };
+        Some(match (&row[col], rhs) {
+            (Value::Null, _) | (_, None) => Ok(Value::Null),
+            (Value::Int64(a), Some(b)) => {
+                let r = if minus {
+                    a.checked_sub(b)
+                } else {
+                    a.checked_add(b)
+                };
+                r.map(Value::Int64)
+                    .ok_or_else(|| Error::OutOfRange("bigint out of range".into()))
+            }
+            _ => return None,
+        })
+    }
 }

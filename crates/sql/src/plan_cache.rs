@@ -22,9 +22,9 @@
 //!   while the plan lives). Any schema change makes a new catalog.
 //! * Running a plan gives what binding the parameters and running the
 //!   statement the general way gives — the same matchers decide
-//!   ([`crate::fastpath::plan_select`], [`crate::dml::plan_insert`]), and
+//!   (`fastpath::plan_select`, `dml::plan_insert`, `dml::plan_update`), and
 //!   parameters are checked against the key columns' types when the plan
-//!   runs ([`crate::fastpath::Slot`]). A plan that declines (a parameter
+//!   runs (`fastpath::Slot`). A plan that declines (a parameter
 //!   of another type, a missing one) has written nothing.
 //! * "No fast plan" is cached too, so a statement the fast path cannot run
 //!   costs one pointer comparison per execution, not another match.
@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use spindle_catalog::Catalog;
 use spindle_keys::Value;
 
-use crate::dml::{plan_insert, run_insert, InsertPlan};
+use crate::dml::{plan_insert, plan_update, run_insert, run_update, InsertPlan, UpdatePlan};
 use crate::error::Result;
 use crate::fastpath::{plan_select, run_select, SelectPlan};
 use crate::parser::Statement;
@@ -45,6 +45,7 @@ use crate::session::{Output, StatementContext};
 pub(crate) enum FastPlan {
     Select(SelectPlan),
     Insert(InsertPlan),
+    Update(UpdatePlan),
 }
 
 impl FastPlan {
@@ -54,34 +55,35 @@ impl FastPlan {
             Statement::Insert { insert, upsert } => {
                 plan_insert(catalog, insert, *upsert).map(FastPlan::Insert)
             }
+            Statement::Update(u) => plan_update(catalog, u).map(FastPlan::Update),
             _ => None,
         }
     }
 
     /// Whether running the plan writes (refused in a read-only transaction).
     pub(crate) fn writes(&self) -> bool {
-        matches!(self, FastPlan::Insert(_))
+        !matches!(self, FastPlan::Select(_))
     }
 
     /// Runs the plan in `ctx`'s transaction, whose catalog is `catalog`
     /// (the one the plan was made from). `None`: the parameters do not suit
-    /// the plan, nothing was read or written, take the general path.
+    /// the plan, nothing was written, take the general path.
     pub(crate) fn run(
         &self,
         ctx: &StatementContext,
         catalog: &Catalog,
         params: &[Value],
     ) -> Result<Option<Output>> {
+        let command = |tag: &str, n: Option<u64>| {
+            n.map(|n| Output::Command {
+                tag: format!("{tag} {n}"),
+                rows: n,
+            })
+        };
         match self {
             FastPlan::Select(p) => run_select(ctx, catalog, p, params),
-            FastPlan::Insert(p) => {
-                Ok(
-                    run_insert(ctx, catalog, p, params)?.map(|n| Output::Command {
-                        tag: format!("INSERT 0 {n}"),
-                        rows: n,
-                    }),
-                )
-            }
+            FastPlan::Insert(p) => Ok(command("INSERT 0", run_insert(ctx, catalog, p, params)?)),
+            FastPlan::Update(p) => Ok(command("UPDATE", run_update(ctx, catalog, p, params)?)),
         }
     }
 }

@@ -678,7 +678,12 @@ impl Session {
         let [stmt] = parsed.stmts.as_slice() else {
             return Ok(None);
         };
-        if self.failed || !matches!(stmt, Statement::Query(_) | Statement::Insert { .. }) {
+        if self.failed
+            || !matches!(
+                stmt,
+                Statement::Query(_) | Statement::Insert { .. } | Statement::Update(_)
+            )
+        {
             return Ok(None);
         }
         let span = info_span!("statement", kind = stmt.tag(), rows = tracing::field::Empty);
