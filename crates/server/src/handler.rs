@@ -32,8 +32,8 @@ use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
-    Response, Tag,
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
+    QueryResponse, Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
@@ -43,9 +43,12 @@ use pgwire::api::{
     RandomPidSecretKeyGenerator, Type, DEFAULT_NAME,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::data::{DataRow, FieldDescription, RowDescription};
+use pgwire::messages::data::{
+    DataRow, FieldDescription, NoData, ParameterDescription, RowDescription,
+};
 use pgwire::messages::extendedquery::{
-    Bind, BindComplete, Execute, Parse, ParseComplete, Sync as PgSync,
+    Bind, BindComplete, Describe, Execute, Parse, ParseComplete, Sync as PgSync,
+    TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::{
     CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
@@ -427,6 +430,36 @@ fn fields(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
             FieldInfo::new(f.name().clone(), None, None, t, format.format_for(i))
         })
         .collect()
+}
+
+/// Queues a Describe's replies (ParameterDescription for a statement,
+/// then RowDescription or NoData); they go out at the next Sync or Flush.
+async fn feed_describe<C, DR>(client: &mut C, r: &DR) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    DR: DescribeResponse,
+{
+    if let Some(types) = r.parameters() {
+        client
+            .feed(PgWireBackendMessage::ParameterDescription(
+                ParameterDescription::new(types.iter().map(|t| t.oid()).collect()),
+            ))
+            .await?;
+    }
+    if r.is_no_data() {
+        client
+            .feed(PgWireBackendMessage::NoData(NoData::new()))
+            .await?;
+    } else {
+        client
+            .feed(PgWireBackendMessage::RowDescription(row_description(
+                r.fields(),
+            )))
+            .await?;
+    }
+    Ok(())
 }
 
 fn row_description(fields: &[FieldInfo]) -> RowDescription {
@@ -979,7 +1012,7 @@ impl ExtendedQueryHandler for Handler {
             self.conn.prepared.lock().await.insert(name);
         }
         client
-            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
             .await?;
         Ok(())
     }
@@ -1003,7 +1036,7 @@ impl ExtendedQueryHandler for Handler {
             let portal = Portal::try_new(&message, stmt)?;
             client.portal_store().put_portal(Arc::new(portal));
             client
-                .send(PgWireBackendMessage::BindComplete(BindComplete::new()))
+                .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
                 .await?;
             return Ok(());
         }
@@ -1012,6 +1045,42 @@ impl ExtendedQueryHandler for Handler {
             self.conn.session.lock().await.fail();
         }
         r
+    }
+
+    /// pgwire's Describe, with the replies buffered like every other reply
+    /// of the extended protocol until Sync or Flush (pgwire flushes each
+    /// one: a `sendto` and a wake-up of the client per message).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(stmt)) => {
+                    let r = self.do_describe_statement(client, &stmt).await?;
+                    feed_describe(client, &r).await
+                }
+                Some(Entry::Empty) => {
+                    feed_describe(client, &DescribeStatementResponse::no_data()).await
+                }
+                None => Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(portal)) => {
+                    let r = self.do_describe_portal(client, &portal).await?;
+                    feed_describe(client, &r).await
+                }
+                Some(Entry::Empty) => {
+                    feed_describe(client, &DescribePortalResponse::no_data()).await
+                }
+                None => Err(PgWireError::PortalNotFound(name.to_owned())),
+            },
+            other => Err(PgWireError::InvalidTargetType(other)),
+        }
     }
 
     async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
@@ -1192,7 +1261,7 @@ impl Handler {
                 let portal = message.portal_name.as_deref().unwrap_or(DEFAULT_NAME);
                 client.portal_store().put_empty_portal(portal);
                 client
-                    .send(PgWireBackendMessage::BindComplete(BindComplete::new()))
+                    .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
                     .await?;
                 Ok(())
             }
