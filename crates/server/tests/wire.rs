@@ -1006,3 +1006,64 @@ async fn json_columns_are_described_as_jsonb() {
         serde_json::json!({"b": true})
     );
 }
+
+/// Extended-protocol replies are queued until Sync or Flush (one write per
+/// round trip), and a Flush delivers everything queued without a Sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_wait_for_sync_or_flush() {
+    let addr = start(None).await;
+    let mut raw = Raw::connect(addr).await;
+    raw.send(
+        b'Q',
+        &cstr("CREATE TABLE f (k BIGINT PRIMARY KEY, v BIGINT)"),
+    )
+    .await;
+    assert_eq!(raw.until_ready().await, Vec::<String>::new());
+
+    let mut parse = cstr("sel");
+    parse.extend(cstr("SELECT v FROM f WHERE k = $1"));
+    parse.extend([0, 1, 0, 0, 0, 20]); // $1 is int8
+    raw.send(b'P', &parse).await;
+    let mut d = vec![b'S'];
+    d.extend(cstr("sel"));
+    raw.send(b'D', &d).await;
+    // Nothing is sent before a Flush or Sync.
+    let mut chunk = [0u8; 64];
+    let early = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        raw.s.read(&mut chunk),
+    )
+    .await;
+    assert!(early.is_err(), "the server replied before Flush");
+    raw.send(b'H', &[]).await;
+    let tags: Vec<u8> = [
+        raw.next().await.unwrap().0,
+        raw.next().await.unwrap().0,
+        raw.next().await.unwrap().0,
+    ]
+    .to_vec();
+    // ParseComplete, ParameterDescription, RowDescription.
+    assert_eq!(tags, vec![b'1', b't', b'T']);
+
+    // Bind, Describe portal, Execute, Sync: every reply, then ReadyForQuery.
+    let mut bind = cstr("");
+    bind.extend(cstr("sel"));
+    bind.extend([0, 0]);
+    bind.extend([0, 1, 0, 0, 0, 1, b'7']);
+    bind.extend([0, 0]);
+    raw.send(b'B', &bind).await;
+    let mut d = vec![b'P'];
+    d.extend(cstr(""));
+    raw.send(b'D', &d).await;
+    raw.send(b'E', &[0, 0, 0, 0, 0]).await;
+    raw.send(b'S', &[]).await;
+    let mut tags = Vec::new();
+    while let Some((tag, _)) = raw.next().await {
+        tags.push(tag);
+        if tag == b'Z' {
+            break;
+        }
+    }
+    // BindComplete, RowDescription, CommandComplete (no rows), ReadyForQuery.
+    assert_eq!(tags, vec![b'2', b'T', b'C', b'Z']);
+}
