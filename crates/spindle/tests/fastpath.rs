@@ -387,6 +387,17 @@ fn cached_plans_follow_the_schema_and_the_parameters() {
         .get(2)
         .unwrap();
     assert_eq!(v, 72);
+    // DELETE by key: planned once; the second execution finds nothing.
+    let delete = "DELETE FROM Parents WHERE A = $1 AND B = $2";
+    let before = count(&db);
+    assert_eq!(s.execute(delete, &k7(Value::Null)[..2]).unwrap(), 1);
+    assert_eq!(s.execute(delete, &k7(Value::Null)[..2]).unwrap(), 0);
+    assert_eq!(count(&db), before + 2);
+    s.execute(
+        insert,
+        &[Value::String("k".into()), Value::Int64(7), Value::Int64(70)],
+    )
+    .unwrap();
 
     // In a transaction block: a duplicate key fails the block (23505, then
     // 25P02) and nothing of it is written.

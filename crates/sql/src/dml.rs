@@ -1282,6 +1282,19 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
         }
     };
     let plan = CascadePlan::new(&catalog, &table)?;
+    delete_rows(ctx, &catalog, &table, &plan, rows)
+}
+
+/// Deletes the row trees of `table` rows with these key values (each
+/// once; a row an earlier cascade removed is not counted). Returns the
+/// count.
+fn delete_rows(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    table: &Table,
+    plan: &CascadePlan,
+    rows: Vec<Vec<Value>>,
+) -> Result<u64> {
     let mut seen = HashSet::new();
     let mut count = 0;
     for kv in rows {
@@ -1294,7 +1307,7 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
             if txn.get(&key)?.is_none() {
                 return Ok(false); // already removed by an earlier cascade in this statement
             }
-            plan.delete_row_tree(&mut txn, &catalog, &table, &key)?;
+            plan.delete_row_tree(&mut txn, catalog, table, &key)?;
             Ok(true)
         })?;
         if deleted {
@@ -1304,8 +1317,73 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
     Ok(count)
 }
 
+/// A planned DELETE by full primary key, kept with its statement
+/// ([`crate::plan_cache`]).
+#[derive(Debug)]
+pub(crate) struct DeletePlan {
+    table: Table,
+    key: KeyRange<Slot>,
+    cascade: CascadePlan,
+}
+
+/// Plans `d` for [`run_delete`], or `None` for the general path (which
+/// also reports the statement's errors).
+pub(crate) fn plan_delete(catalog: &Catalog, d: &ast::Delete) -> Option<DeletePlan> {
+    if d.returning.is_some()
+        || !d.order_by.is_empty()
+        || d.limit.is_some()
+        || !d.tables.is_empty()
+        || d.using.is_some()
+    {
+        return None;
+    }
+    let from = match &d.from {
+        ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+    };
+    let [target] = from.as_slice() else {
+        return None;
+    };
+    let (table_name, _) = target_table(target).ok()?;
+    let table = catalog.table(&table_name)?;
+    let (t, quals) = single_table(catalog, target)?;
+    if t.name != table.name {
+        return None;
+    }
+    let key = match match_key_range(table, &quals, d.selection.as_ref())? {
+        KeyRange::Scan { eq, lower, upper }
+            if lower.is_none() && upper.is_none() && eq.len() == table.primary_key.len() =>
+        {
+            KeyRange::Scan { eq, lower, upper }
+        }
+        KeyRange::Scan { .. } => return None,
+        KeyRange::Nothing => KeyRange::Nothing,
+    };
+    Some(DeletePlan {
+        table: table.clone(),
+        key,
+        cascade: CascadePlan::new(catalog, table).ok()?,
+    })
+}
+
+/// Runs a [`DeletePlan`] made against `catalog`: the rows deleted, or
+/// `None` (nothing written) when the parameters do not suit the plan.
+pub(crate) fn run_delete(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    plan: &DeletePlan,
+    params: &[Value],
+) -> Result<Option<u64>> {
+    let rows = match plan.key.resolve(&plan.table, params) {
+        None => return Ok(None),
+        Some(KeyRange::Nothing) => Vec::new(),
+        Some(KeyRange::Scan { eq, .. }) => vec![eq],
+    };
+    delete_rows(ctx, catalog, &plan.table, &plan.cascade, rows).map(Some)
+}
+
 /// Which tables a delete of a `table` row removes, which block it, and
 /// whether the whole row tree can go in one range delete.
+#[derive(Debug)]
 struct CascadePlan {
     /// Ids of `table` and the tables reached through ON DELETE CASCADE.
     deleted: HashSet<u32>,

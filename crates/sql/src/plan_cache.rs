@@ -22,7 +22,7 @@
 //!   while the plan lives). Any schema change makes a new catalog.
 //! * Running a plan gives what binding the parameters and running the
 //!   statement the general way gives — the same matchers decide
-//!   (`fastpath::plan_select`, `dml::plan_insert`, `dml::plan_update`), and
+//!   (`fastpath::plan_select`, `dml::plan_insert`, `dml::plan_update`, `dml::plan_delete`), and
 //!   parameters are checked against the key columns' types when the plan
 //!   runs (`fastpath::Slot`). A plan that declines (a parameter
 //!   of another type, a missing one) has written nothing.
@@ -34,7 +34,10 @@ use std::sync::{Arc, Mutex};
 use spindle_catalog::Catalog;
 use spindle_keys::Value;
 
-use crate::dml::{plan_insert, plan_update, run_insert, run_update, InsertPlan, UpdatePlan};
+use crate::dml::{
+    plan_delete, plan_insert, plan_update, run_delete, run_insert, run_update, DeletePlan,
+    InsertPlan, UpdatePlan,
+};
 use crate::error::Result;
 use crate::fastpath::{plan_select, run_select, SelectPlan};
 use crate::parser::Statement;
@@ -46,6 +49,7 @@ pub(crate) enum FastPlan {
     Select(SelectPlan),
     Insert(InsertPlan),
     Update(UpdatePlan),
+    Delete(DeletePlan),
 }
 
 impl FastPlan {
@@ -56,6 +60,7 @@ impl FastPlan {
                 plan_insert(catalog, insert, *upsert).map(FastPlan::Insert)
             }
             Statement::Update(u) => plan_update(catalog, u).map(FastPlan::Update),
+            Statement::Delete(d) => plan_delete(catalog, d).map(FastPlan::Delete),
             _ => None,
         }
     }
@@ -84,6 +89,7 @@ impl FastPlan {
             FastPlan::Select(p) => run_select(ctx, catalog, p, params),
             FastPlan::Insert(p) => Ok(command("INSERT 0", run_insert(ctx, catalog, p, params)?)),
             FastPlan::Update(p) => Ok(command("UPDATE", run_update(ctx, catalog, p, params)?)),
+            FastPlan::Delete(p) => Ok(command("DELETE", run_delete(ctx, catalog, p, params)?)),
         }
     }
 }

@@ -681,7 +681,10 @@ impl Session {
         if self.failed
             || !matches!(
                 stmt,
-                Statement::Query(_) | Statement::Insert { .. } | Statement::Update(_)
+                Statement::Query(_)
+                    | Statement::Insert { .. }
+                    | Statement::Update(_)
+                    | Statement::Delete(_)
             )
         {
             return Ok(None);
@@ -698,18 +701,7 @@ impl Session {
             engine: self.engine.clone(),
             txn,
         };
-        let catalog = ctx.catalog()?;
-        let Some(plan) = parsed.fast_plan(&catalog) else {
-            return Ok(None);
-        };
-        if plan.writes() && self.read_only {
-            return Ok(None);
-        }
-        let r = plan.run(&ctx, &catalog, params);
-        if !matches!(r, Ok(None)) {
-            self.engine.count_fast_path();
-        }
-        match r {
+        match run_fast(&ctx, parsed, params, self.read_only) {
             Ok(Some(out)) => {
                 self.txn_used = true;
                 if let Output::Command { rows, .. } = &out {
@@ -895,18 +887,7 @@ impl Session {
             let out = match &work {
                 Work::Statement(stmt) => ctx.run(stmt.clone(), self.default_read_only).await?,
                 Work::Fast(parsed, params) => {
-                    let catalog = ctx.catalog()?;
-                    let Some(plan) = parsed.fast_plan(&catalog) else {
-                        return Ok(None);
-                    };
-                    if plan.writes() && self.default_read_only {
-                        return Ok(None);
-                    }
-                    let r = plan.run(&ctx, &catalog, params);
-                    if !matches!(r, Ok(None)) {
-                        self.engine.count_fast_path();
-                    }
-                    match r? {
+                    match run_fast(&ctx, parsed, params, self.default_read_only)? {
                         Some(out) => out,
                         None => return Ok(None),
                     }
@@ -932,6 +913,29 @@ impl Session {
             }
         }
     }
+}
+
+/// Runs `parsed`'s fast plan for the catalog of `ctx`'s transaction, if
+/// it has one and may run (no write in a `read_only` transaction); `None`:
+/// nothing was written, the general path runs the statement.
+fn run_fast(
+    ctx: &StatementContext,
+    parsed: &Parsed,
+    params: &[Value],
+    read_only: bool,
+) -> Result<Option<Output>> {
+    let catalog = ctx.catalog()?;
+    let Some(plan) = parsed.fast_plan(&catalog) else {
+        return Ok(None);
+    };
+    if plan.writes() && read_only {
+        return Ok(None);
+    }
+    let r = plan.run(ctx, &catalog, params);
+    if !matches!(r, Ok(None)) {
+        ctx.engine.count_fast_path();
+    }
+    r
 }
 
 /// What an autocommit transaction runs.
