@@ -118,3 +118,45 @@ fn splits_table_shows_row_tree_boundaries_and_load() {
         rows.len()
     );
 }
+
+/// A split carrying a heavy write load is cut for load once, not on every
+/// following commit (each cut rescans the split; 8c49f71 spaces load
+/// recounts to one per split every few seconds).
+#[test]
+fn a_loaded_split_is_not_cut_again_on_every_commit() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE t (k INT64 NOT NULL, v INT64) PRIMARY KEY (k)",
+        &[],
+    )
+    .unwrap();
+    // More writes in one commit than the load-split rate per minute.
+    db.execute(
+        "INSERT INTO t SELECT i, 0 FROM generate_series(1, 61000) AS g(i)",
+        &[],
+    )
+    .unwrap();
+    let splits = || db.engine().manager().split_stats().unwrap().len();
+    let after_load = splits();
+    // Commits into the first split, which still carries that load.
+    for k in 1..=30 {
+        db.execute(
+            "UPDATE t SET v = v + 1 WHERE k = $1",
+            &[spindle::Value::Int64(k)],
+        )
+        .unwrap();
+    }
+    let after_updates = splits();
+    assert!(
+        after_updates <= after_load + 1,
+        "{after_load} splits after the load, {after_updates} after 30 small commits"
+    );
+    let n: i64 = db
+        .query("SELECT count(*) FROM t WHERE v = 1", &[])
+        .unwrap()
+        .rows()
+        .unwrap()[0]
+        .get(0)
+        .unwrap();
+    assert_eq!(n, 30);
+}
