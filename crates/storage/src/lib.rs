@@ -41,6 +41,9 @@ use tracing::debug;
 
 const META_PREFIX: &[u8] = b"\xFFmeta/";
 const META_LAST_TS: &[u8] = b"\xFFmeta/last_commit_ts";
+/// How long [`Store::open`] waits for a lock the previous handle of the
+/// same directory (in this process) is still releasing.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 const VERSION_SEP: u8 = 0x00;
 const SUFFIX_LEN: usize = 9;
 
@@ -80,11 +83,28 @@ pub struct Store {
 
 impl Store {
     /// Opens (or creates) a store in `path`.
+    ///
+    /// sled releases its file lock only when its background I/O for the
+    /// previous handle has finished, a moment after that handle is dropped;
+    /// so a directory that is still locked is retried for up to
+    /// [`LOCK_WAIT`] before the lock error is returned (another process
+    /// holding it still gets the error, just not at once).
     pub fn open(path: &std::path::Path) -> Result<Store> {
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(path)
-            .mode(sled::Mode::HighThroughput)
-            .open()?;
+            .mode(sled::Mode::HighThroughput);
+        let started = std::time::Instant::now();
+        let db = loop {
+            match config.open() {
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && started.elapsed() < LOCK_WAIT =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => break r?,
+            }
+        };
         let mut store = Self::from_db(db, false)?;
         store.log_file = Some(std::fs::File::open(path.join("db"))?);
         Ok(store)
