@@ -34,7 +34,7 @@ use spindle_keys::{row, Value};
 
 use crate::ddl::eval_default;
 use crate::error::{Error, Result};
-use crate::fastpath::{match_key_range, plan_set, single_table, KeyRange, SetPlan, Slot};
+use crate::fastpath::{match_point_key, plan_set, single_table, KeyRange, SetPlan, Slot};
 use crate::index::{maintain, IndexPlan};
 use crate::parser::{fold_ident, object_name};
 use crate::session::{run_plan, StatementContext};
@@ -1123,15 +1123,7 @@ impl PointUpdate {
         if t.name != table.name {
             return None;
         }
-        let key = match match_key_range(table, &quals, u.selection.as_ref())? {
-            KeyRange::Scan { eq, lower, upper }
-                if lower.is_none() && upper.is_none() && eq.len() == table.primary_key.len() =>
-            {
-                KeyRange::Scan { eq, lower, upper }
-            }
-            KeyRange::Scan { .. } => return None,
-            KeyRange::Nothing => KeyRange::Nothing,
-        };
+        let key = match_point_key(table, &quals, u.selection.as_ref())?;
         let sets = u
             .assignments
             .iter()
@@ -1349,15 +1341,7 @@ pub(crate) fn plan_delete(catalog: &Catalog, d: &ast::Delete) -> Option<DeletePl
     if t.name != table.name {
         return None;
     }
-    let key = match match_key_range(table, &quals, d.selection.as_ref())? {
-        KeyRange::Scan { eq, lower, upper }
-            if lower.is_none() && upper.is_none() && eq.len() == table.primary_key.len() =>
-        {
-            KeyRange::Scan { eq, lower, upper }
-        }
-        KeyRange::Scan { .. } => return None,
-        KeyRange::Nothing => KeyRange::Nothing,
-    };
+    let key = match_point_key(table, &quals, d.selection.as_ref())?;
     Some(DeletePlan {
         table: table.clone(),
         key,

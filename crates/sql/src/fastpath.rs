@@ -116,21 +116,38 @@ fn same_key_type(v: &Value, t: &DataType) -> bool {
 }
 
 /// Matches `k1 = v1 AND k2 = v2 …` naming every key column of `table`
-/// exactly once with a literal of the column's type, and nothing else (in
-/// a bound statement: a placeholder left in it takes the general path).
+/// exactly once with a literal of the column's type or a parameter, and
+/// nothing else: [`match_key_range`] narrowed to one full key.
+pub(crate) fn match_point_key(
+    table: &Table,
+    qualifiers: &[String],
+    selection: Option<&ast::Expr>,
+) -> Option<KeyRange<Slot>> {
+    match match_key_range(table, qualifiers, selection)? {
+        KeyRange::Scan {
+            eq,
+            lower: None,
+            upper: None,
+        } if eq.len() == table.primary_key.len() => Some(KeyRange::Scan {
+            eq,
+            lower: None,
+            upper: None,
+        }),
+        KeyRange::Scan { .. } => None,
+        KeyRange::Nothing => Some(KeyRange::Nothing),
+    }
+}
+
+/// [`match_point_key`] in a bound statement (a placeholder left in it
+/// takes the general path): the key values.
 pub(crate) fn match_key(
     table: &Table,
     qualifiers: &[String],
     selection: Option<&ast::Expr>,
 ) -> Option<KeyMatch> {
-    match match_key_range(table, qualifiers, selection)?.resolve(table, &[])? {
+    match match_point_key(table, qualifiers, selection)?.resolve(table, &[])? {
         KeyRange::Nothing => Some(KeyMatch::Nothing),
-        KeyRange::Scan {
-            eq,
-            lower: None,
-            upper: None,
-        } if eq.len() == table.primary_key.len() => Some(KeyMatch::Point(eq)),
-        KeyRange::Scan { .. } => None,
+        KeyRange::Scan { eq, .. } => Some(KeyMatch::Point(eq)),
     }
 }
 
