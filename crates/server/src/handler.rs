@@ -555,6 +555,71 @@ fn parse_deallocate(sql: &str) -> Option<Option<String>> {
     (p.peek_token().token == Token::EOF).then_some(target)
 }
 
+/// Sends one statement's result of a simple Query: its rows or command
+/// tag, or the error. Returns whether it succeeded.
+async fn feed_output<C>(
+    client: &mut C,
+    session: &mut Session,
+    tag: &str,
+    result: Result<Output, spindle_sql::error::Error>,
+    span: &tracing::Span,
+) -> PgWireResult<bool>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    match result {
+        Ok(Output::Rows { schema, batches }) => {
+            let fields = fields(&schema, &Format::UnifiedText);
+            client
+                .feed(PgWireBackendMessage::RowDescription(row_description(
+                    &fields,
+                )))
+                .await?;
+            match data_rows(&batches, &fields) {
+                Ok(rows) => {
+                    let n = rows.len();
+                    span.record("rows", n);
+                    for r in rows {
+                        client.feed(PgWireBackendMessage::DataRow(r)).await?;
+                    }
+                    client
+                        .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                            rows_tag(tag, n),
+                        )))
+                        .await?;
+                    Ok(true)
+                }
+                Err(e) => {
+                    session.fail();
+                    client
+                        .feed(PgWireBackendMessage::ErrorResponse(e.into()))
+                        .await?;
+                    Ok(false)
+                }
+            }
+        }
+        Ok(Output::Command { tag, rows }) => {
+            span.record("rows", rows);
+            client
+                .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                    tag,
+                )))
+                .await?;
+            Ok(true)
+        }
+        Err(e) => {
+            client
+                .feed(PgWireBackendMessage::ErrorResponse(
+                    statement_error(&e).into(),
+                ))
+                .await?;
+            Ok(false)
+        }
+    }
+}
+
 /// The CommandComplete tag of a statement that returned rows.
 fn rows_tag(tag: &str, rows: usize) -> String {
     match tag {
@@ -587,6 +652,33 @@ impl Handler {
                     Ok(false)
                 }
             };
+        }
+        // A point statement with inline values: the cached plan of its
+        // parameterized form, without parsing or planning the text.
+        let span = info_span!(
+            "inline_fast",
+            kind = tracing::field::Empty,
+            rows = tracing::field::Empty,
+            ms = tracing::field::Empty
+        );
+        let start = Instant::now();
+        let fast = {
+            let _running = self.conn.shared.in_flight.read().await;
+            session
+                .execute_inline_fast(sql)
+                .instrument(span.clone())
+                .await
+                .transpose()
+        };
+        if let Some(result) = fast {
+            span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
+            let (tag, result) = match result {
+                Ok((tag, out)) => (tag, Ok(out)),
+                Err(e) => ("", Err(e)),
+            };
+            span.record("kind", tag);
+            feed_output(client, &mut session, tag, result, &span).await?;
+            return Ok(false);
         }
         let before = session.settings().reported();
         let stmts = match session
@@ -644,54 +736,9 @@ impl Handler {
                     .await
             };
             span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
-            match result {
-                Ok(Output::Rows { schema, batches }) => {
-                    let fields = fields(&schema, &Format::UnifiedText);
-                    client
-                        .feed(PgWireBackendMessage::RowDescription(row_description(
-                            &fields,
-                        )))
-                        .await?;
-                    match data_rows(&batches, &fields) {
-                        Ok(rows) => {
-                            let n = rows.len();
-                            span.record("rows", n);
-                            for r in rows {
-                                client.feed(PgWireBackendMessage::DataRow(r)).await?;
-                            }
-                            client
-                                .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
-                                    rows_tag(tag, n),
-                                )))
-                                .await?;
-                        }
-                        Err(e) => {
-                            session.fail();
-                            failed = true;
-                            client
-                                .feed(PgWireBackendMessage::ErrorResponse(e.into()))
-                                .await?;
-                            break;
-                        }
-                    }
-                }
-                Ok(Output::Command { tag, rows }) => {
-                    span.record("rows", rows);
-                    client
-                        .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
-                            tag,
-                        )))
-                        .await?;
-                }
-                Err(e) => {
-                    failed = true;
-                    client
-                        .feed(PgWireBackendMessage::ErrorResponse(
-                            statement_error(&e).into(),
-                        ))
-                        .await?;
-                    break;
-                }
+            if !feed_output(client, &mut session, tag, result, &span).await? {
+                failed = true;
+                break;
             }
         }
         if implicit {

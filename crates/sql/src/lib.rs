@@ -10,6 +10,8 @@
 //! * [`parser`] — statements, including CREATE TABLE … INTERLEAVE IN PARENT.
 //! * [`plan_cache`] — statements kept by SQL text with their fast plans
 //!   (a statement sent again is neither parsed nor planned again).
+//! * `normalize` — a text with inline values run by the cached plan of
+//!   its parameterized form.
 //! * [`bind`] — `$n` parameters.
 //! * [`session`] — transaction blocks, autocommit, dispatch.
 //! * [`ddl`], [`dml`] — schema changes and writes.
@@ -28,6 +30,7 @@ pub(crate) mod fastpath;
 pub mod hints;
 pub(crate) mod index;
 pub mod info_schema;
+pub(crate) mod normalize;
 pub mod parser;
 pub mod pg_catalog;
 pub mod plan_cache;

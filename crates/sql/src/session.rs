@@ -75,6 +75,10 @@ pub struct Engine {
     /// when it reaches [`PARSE_CACHE_ENTRIES`].
     /// Each with its fast plan ([`crate::plan_cache`]).
     parsed: Mutex<HashMap<String, Arc<Parsed>>>,
+    /// Parameterized forms of texts sent with inline values
+    /// ([`crate::normalize`]), `None` for one that does not parse; emptied
+    /// like `parsed`.
+    normalized: Mutex<HashMap<String, Option<Arc<Parsed>>>>,
     /// Statements that took the fast path ([`crate::fastpath`]).
     fast_path: std::sync::atomic::AtomicU64,
 }
@@ -111,6 +115,7 @@ impl Engine {
             mgr,
             base,
             parsed: Mutex::new(HashMap::new()),
+            normalized: Mutex::new(HashMap::new()),
             fast_path: Default::default(),
         }))
     }
@@ -143,6 +148,24 @@ impl Engine {
             }
         }
         Ok(stmts)
+    }
+
+    /// The statements of a parameterized text made by
+    /// [`crate::normalize`], parsed once; `None` when it does not parse.
+    fn parse_normalized(&self, text: &str) -> Option<Arc<Parsed>> {
+        if let Ok(map) = self.normalized.lock() {
+            if let Some(entry) = map.get(text) {
+                return entry.clone();
+            }
+        }
+        let parsed = parser::parse(text).ok().map(|s| Arc::new(Parsed::new(s)));
+        if let Ok(mut map) = self.normalized.lock() {
+            if map.len() >= PARSE_CACHE_ENTRIES {
+                map.clear();
+            }
+            map.insert(text.to_string(), parsed.clone());
+        }
+        parsed
     }
 
     pub fn session(self: &Arc<Self>) -> Session {
@@ -644,6 +667,11 @@ impl Session {
     /// Runs every statement of `sql` with positional parameters `$1…`,
     /// stopping at the first error.
     pub async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
+        if params.is_empty() {
+            if let Some((_, out)) = self.execute_inline_fast(sql).await? {
+                return Ok(vec![out]);
+            }
+        }
         let parsed = match self.engine.parse_cached(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -669,6 +697,29 @@ impl Session {
             out.push(r);
         }
         Ok(out)
+    }
+
+    /// Runs `sql`, one statement with its values written inline, by the
+    /// fast plan of its parameterized form ([`crate::normalize`]); returns
+    /// the statement's tag and output, or `None` (nothing done) for the
+    /// general path to run `sql`.
+    pub async fn execute_inline_fast(
+        &mut self,
+        sql: &str,
+    ) -> Result<Option<(&'static str, Output)>> {
+        if self.failed || sql.len() > PARSE_CACHE_MAX_SQL {
+            return Ok(None);
+        }
+        let Some(n) = crate::normalize::normalize(sql) else {
+            return Ok(None);
+        };
+        let Some(parsed) = self.engine.parse_normalized(&n.text) else {
+            return Ok(None);
+        };
+        let Some(out) = self.execute_fast(&parsed, &n.params).await? else {
+            return Ok(None);
+        };
+        Ok(parsed.stmts.first().map(|s| (s.tag(), out)))
     }
 
     /// Runs `parsed`'s one statement by its fast plan with `params`

@@ -1,0 +1,245 @@
+//! Statements sent with their values written inline, run by the cached
+//! plan of their parameterized form.
+//!
+//! A client on the simple protocol (psql, `pgbench -M simple`, most ORMs'
+//! "unprepared" mode) sends every point query as a new text:
+//! `… WHERE id = 17`, `… WHERE id = 42`. Keyed by text, the plan cache
+//! ([`crate::plan_cache`]) would parse and plan each one afresh. Instead the
+//! text's integer and string literals are replaced by parameters, and the
+//! parameterized text is looked up (and planned once) like a prepared
+//! statement:
+//!
+//! ```text
+//!   SELECT v FROM kv WHERE id = 17 AND s = 'x'
+//!        │ tokenize: Number "17" → $1 = INT64 17, 'x' → $2 = STRING "x"
+//!        ▼
+//!   SELECT v FROM kv WHERE id = $1 AND s = $2   ──▶ Parsed + fast plan (cached)
+//!                                                    run with [17, "x"]
+//! ```
+//!
+//! Invariants:
+//! * Only the fast plan of the parameterized text is used. It runs what
+//!   the original text would run: the fast matchers accept a parameter
+//!   only where a literal of the same value means the same (a key
+//!   comparison, an inserted value, a `SET` value or delta), and each
+//!   parameter gets exactly the value the parser gives that literal
+//!   (`dml::literal_value`: an integer that fits INT64, a string).
+//! * Anything else — no literal, a `$n` already in the text, a
+//!   parameterized text that does not parse (`DATE '…'` became
+//!   `DATE $1`) or has no fast plan, a plan that declines the values —
+//!   runs the original text the usual way. The answer never depends on
+//!   which way was taken; only the time does.
+//! * A literal keeps its sign: `= -5` becomes `= $1` with -5, but only
+//!   where the minus cannot be binary (after a comparison, `(`, `,`,
+//!   `WHERE`, `AND`, …). Where the sign and the number would bind
+//!   differently (`-5::text` is `-(5::text)`), the parameter is not a
+//!   plain operand, which no fast plan accepts.
+
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, Tokenizer};
+use spindle_keys::Value;
+
+/// A text with its inline literals replaced by `$1 … $n`, and their values.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Normalized {
+    pub text: String,
+    pub params: Vec<Value>,
+}
+
+/// The parameterized form of `sql`, or `None` when there is nothing to
+/// replace or the text cannot take parameters (it already has some, or
+/// does not tokenize).
+pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
+    let dialect = PostgreSqlDialect {};
+    let tokens = Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
+        .ok()?;
+    let offsets = Offsets::new(sql);
+    let mut text = String::with_capacity(sql.len());
+    let mut params = Vec::new();
+    // Byte offset of the original text copied so far.
+    let mut copied = 0;
+    // The last token that is not whitespace, and the position of a minus
+    // sign right before the current token that may be a literal's sign.
+    let mut prev: Option<&Token> = None;
+    let mut minus: Option<Location> = None;
+    for t in &tokens {
+        let value = match &t.token {
+            Token::Whitespace(_) => continue,
+            Token::Placeholder(_) => return None,
+            Token::Number(n, false) => {
+                let signed = if minus.is_some() {
+                    format!("-{n}")
+                } else {
+                    n.clone()
+                };
+                signed.parse::<i64>().ok().map(Value::Int64)
+            }
+            Token::SingleQuotedString(s) if minus.is_none() => Some(Value::String(s.clone())),
+            _ => None,
+        };
+        match value {
+            Some(v) => {
+                let start = offsets.byte(minus.unwrap_or(t.span.start))?;
+                let end = offsets.byte(t.span.end)?;
+                text.push_str(sql.get(copied..start)?);
+                params.push(v);
+                text.push('$');
+                text.push_str(&params.len().to_string());
+                copied = end;
+                minus = None;
+            }
+            None => {
+                minus = (t.token == Token::Minus && unary_position(prev)).then_some(t.span.start);
+            }
+        }
+        prev = Some(&t.token);
+    }
+    if params.is_empty() {
+        return None;
+    }
+    text.push_str(sql.get(copied..)?);
+    Some(Normalized { text, params })
+}
+
+/// Whether a minus sign after `prev` can only be a sign: at the start, or
+/// after an operator, `(`, `,` or a keyword that an operand follows.
+fn unary_position(prev: Option<&Token>) -> bool {
+    use datafusion::sql::sqlparser::keywords::Keyword;
+    match prev {
+        None => true,
+        Some(
+            Token::Eq
+            | Token::Neq
+            | Token::Lt
+            | Token::Gt
+            | Token::LtEq
+            | Token::GtEq
+            | Token::LParen
+            | Token::Comma
+            | Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::Mod
+            | Token::Caret,
+        ) => true,
+        Some(Token::Word(w)) => {
+            w.quote_style.is_none()
+                && matches!(
+                    w.keyword,
+                    Keyword::WHERE
+                        | Keyword::AND
+                        | Keyword::OR
+                        | Keyword::NOT
+                        | Keyword::SELECT
+                        | Keyword::BETWEEN
+                        | Keyword::WHEN
+                        | Keyword::THEN
+                        | Keyword::ELSE
+                        | Keyword::ON
+                        | Keyword::HAVING
+                )
+        }
+        _ => false,
+    }
+}
+
+/// Byte offsets of the tokenizer's (line, column) positions, both counted
+/// from 1, columns in characters.
+struct Offsets<'a> {
+    sql: &'a str,
+    /// Byte offset where each line starts.
+    lines: Vec<usize>,
+}
+
+impl<'a> Offsets<'a> {
+    fn new(sql: &'a str) -> Offsets<'a> {
+        let mut lines = vec![0];
+        lines.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
+        Offsets { sql, lines }
+    }
+
+    fn byte(&self, at: Location) -> Option<usize> {
+        let start = *self
+            .lines
+            .get(usize::try_from(at.line).ok()?.checked_sub(1)?)?;
+        let column = usize::try_from(at.column).ok()?.checked_sub(1)?;
+        let line = &self.sql[start..];
+        match line.char_indices().nth(column) {
+            Some((i, _)) => Some(start + i),
+            // Just past the last character of the text.
+            None => (line.chars().count() == column).then_some(self.sql.len()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(sql: &str) -> Option<(String, Vec<Value>)> {
+        normalize(sql).map(|n| (n.text, n.params))
+    }
+
+    #[test]
+    fn literals_become_parameters() {
+        assert_eq!(
+            norm("SELECT v FROM kv WHERE id = 17 AND s = 'it''s'"),
+            Some((
+                "SELECT v FROM kv WHERE id = $1 AND s = $2".into(),
+                vec![Value::Int64(17), Value::String("it's".into())]
+            ))
+        );
+        assert_eq!(
+            norm("INSERT INTO t VALUES (-5, 'é', 3.5)\n;"),
+            Some((
+                "INSERT INTO t VALUES ($1, $2, 3.5)\n;".into(),
+                vec![Value::Int64(-5), Value::String("é".into())]
+            ))
+        );
+        assert_eq!(
+            norm("SELECT a FROM t WHERE -1 < a AND (-2) > b OR c IN (1, -3)"),
+            Some((
+                "SELECT a FROM t WHERE $1 < a AND ($2) > b OR c IN ($3, $4)".into(),
+                vec![
+                    Value::Int64(-1),
+                    Value::Int64(-2),
+                    Value::Int64(1),
+                    Value::Int64(-3)
+                ]
+            ))
+        );
+        // A binary minus stays an operator; one after an operator is a sign.
+        assert_eq!(
+            norm("UPDATE t SET v = v - 2, w = w - -3 WHERE k = -9223372036854775808"),
+            Some((
+                "UPDATE t SET v = v - $1, w = w - $2 WHERE k = $3".into(),
+                vec![Value::Int64(2), Value::Int64(-3), Value::Int64(i64::MIN)]
+            ))
+        );
+        // Two minus signs: the second is the literal's.
+        assert_eq!(
+            norm("SELECT - -5"),
+            Some(("SELECT - $1".into(), vec![Value::Int64(-5)]))
+        );
+        // Non-ASCII text before a literal on another line.
+        assert_eq!(
+            norm("SELECT 'ü' AS \"ä\",\n  x FROM t WHERE id=1"),
+            Some((
+                "SELECT $1 AS \"ä\",\n  x FROM t WHERE id=$2".into(),
+                vec![Value::String("ü".into()), Value::Int64(1)]
+            ))
+        );
+    }
+
+    #[test]
+    fn texts_left_alone() {
+        // No literal, a parameter already there, a literal too large for
+        // INT64 (it stays inline), no valid tokens.
+        assert_eq!(norm("SELECT v FROM kv"), None);
+        assert_eq!(norm("SELECT v FROM kv WHERE id = $1 AND s = 'x'"), None);
+        assert_eq!(norm("SELECT 99999999999999999999, 1.5, 1e3"), None);
+        assert_eq!(norm("SELECT 'unterminated"), None);
+    }
+}
