@@ -241,6 +241,10 @@ impl Session {
     }
 
     fn run_with(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
+        // A statement a cached plan runs needs no runtime.
+        if let Some(out) = self.inner.execute_now(sql, params)? {
+            return Ok(vec![Output::from(out)]);
+        }
         let rt = self.runtime.clone();
         let out = rt.block_on(self.inner.execute(sql, params))?;
         Ok(out.into_iter().map(Output::from).collect())

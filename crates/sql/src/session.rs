@@ -42,7 +42,7 @@ use crate::provider::{SpindleTable, TxnHandle};
 use crate::{bind, ddl, dml, info_schema};
 
 /// Attempts for an autocommit statement that hits a serialization conflict.
-const AUTOCOMMIT_ATTEMPTS: usize = 20;
+const AUTOCOMMIT_ATTEMPTS: u32 = 20;
 
 /// The result of one statement.
 #[derive(Debug, Clone)]
@@ -667,9 +667,39 @@ impl Session {
     /// Runs every statement of `sql` with positional parameters `$1…`,
     /// stopping at the first error.
     pub async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_fast(sql, params)? {
+                Fast::Done(_, out) => return Ok(vec![out]),
+                Fast::Declined => break,
+                Fast::Conflicted(e) => conflict_pause(attempt, e).await?,
+            }
+        }
+        // Boxed: the general path's future is large, and moving it with
+        // this one would cost every fast statement a copy of it.
+        Box::pin(self.execute_general(sql, params)).await
+    }
+
+    /// Runs `sql` now if a cached fast plan can ([`crate::plan_cache`]):
+    /// no planning, nothing to await. `None`: nothing was done (no plan,
+    /// or an autocommit that conflicted); call [`Session::execute`]. For
+    /// embedded callers that would otherwise block on `execute`'s future.
+    pub fn execute_now(&mut self, sql: &str, params: &[Value]) -> Result<Option<Output>> {
+        match self.try_fast(sql, params)? {
+            Fast::Done(_, out) => Ok(Some(out)),
+            Fast::Declined | Fast::Conflicted(_) => Ok(None),
+        }
+    }
+
+    /// Runs `sql` by a cached fast plan: its own (a `$n` text, or one run
+    /// before), or, for a text with its values written inline, that of its
+    /// parameterized form ([`crate::normalize`]).
+    fn try_fast(&mut self, sql: &str, params: &[Value]) -> Result<Fast> {
         if params.is_empty() {
-            if let Some((_, out)) = self.execute_inline_fast(sql).await? {
-                return Ok(vec![out]);
+            match self.try_inline_fast(sql)? {
+                Fast::Declined => {}
+                done => return Ok(done),
             }
         }
         let parsed = match self.engine.parse_cached(sql) {
@@ -679,9 +709,18 @@ impl Session {
                 return Err(e);
             }
         };
-        if let Some(out) = self.execute_fast(&parsed, params).await? {
-            return Ok(vec![out]);
-        }
+        self.execute_fast(&parsed, params)
+    }
+
+    /// The statements of `sql`, bound and run the general way.
+    async fn execute_general(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
+        let parsed = match self.engine.parse_cached(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail();
+                return Err(e);
+            }
+        };
         let stmts = bind::bind_params(parsed.stmts.clone(), params)?;
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in stmts {
@@ -707,27 +746,36 @@ impl Session {
         &mut self,
         sql: &str,
     ) -> Result<Option<(&'static str, Output)>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_inline_fast(sql)? {
+                Fast::Done(tag, out) => return Ok(Some((tag, out))),
+                Fast::Declined => return Ok(None),
+                Fast::Conflicted(e) => conflict_pause(attempt, e).await?,
+            }
+        }
+    }
+
+    fn try_inline_fast(&mut self, sql: &str) -> Result<Fast> {
         if self.failed || sql.len() > PARSE_CACHE_MAX_SQL {
-            return Ok(None);
+            return Ok(Fast::Declined);
         }
         let Some(n) = crate::normalize::normalize(sql) else {
-            return Ok(None);
+            return Ok(Fast::Declined);
         };
         let Some(parsed) = self.engine.parse_normalized(&n.text) else {
-            return Ok(None);
+            return Ok(Fast::Declined);
         };
-        let Some(out) = self.execute_fast(&parsed, &n.params).await? else {
-            return Ok(None);
-        };
-        Ok(parsed.stmts.first().map(|s| (s.tag(), out)))
+        self.execute_fast(&parsed, &n.params)
     }
 
     /// Runs `parsed`'s one statement by its fast plan with `params`
-    /// ([`crate::plan_cache`]), or returns `None` (nothing done) for the
-    /// general path to run it.
-    async fn execute_fast(&mut self, parsed: &Parsed, params: &[Value]) -> Result<Option<Output>> {
+    /// ([`crate::plan_cache`]): in the open transaction block, or in an
+    /// autocommit transaction of its own (one attempt).
+    fn execute_fast(&mut self, parsed: &Parsed, params: &[Value]) -> Result<Fast> {
         let [stmt] = parsed.stmts.as_slice() else {
-            return Ok(None);
+            return Ok(Fast::Declined);
         };
         if self.failed
             || !matches!(
@@ -738,16 +786,14 @@ impl Session {
                     | Statement::Delete(_)
             )
         {
-            return Ok(None);
+            return Ok(Fast::Declined);
         }
-        let span = info_span!("statement", kind = stmt.tag(), rows = tracing::field::Empty);
-        let Some(txn) = self.txn.clone() else {
-            return self
-                .autocommit(Work::Fast(parsed, params))
-                .instrument(span)
-                .await;
-        };
+        let tag = stmt.tag();
+        let span = info_span!("statement", kind = tag, rows = tracing::field::Empty);
         let _entered = span.enter();
+        let Some(txn) = self.txn.clone() else {
+            return self.autocommit_fast(parsed, params, tag);
+        };
         let ctx = StatementContext {
             engine: self.engine.clone(),
             txn,
@@ -758,14 +804,53 @@ impl Session {
                 if let Output::Command { rows, .. } = &out {
                     span.record("rows", rows);
                 }
-                Ok(Some(out))
+                Ok(Fast::Done(tag, out))
             }
-            Ok(None) => Ok(None),
+            Ok(None) => Ok(Fast::Declined),
             Err(e) => {
                 self.txn_used = true;
                 self.failed = true;
                 Err(e)
             }
+        }
+    }
+
+    /// One autocommit attempt of a fast plan. A serialization conflict at
+    /// commit is [`Fast::Conflicted`] (nothing was written; the caller
+    /// waits and tries again).
+    fn autocommit_fast(
+        &mut self,
+        parsed: &Parsed,
+        params: &[Value],
+        tag: &'static str,
+    ) -> Result<Fast> {
+        // Stale reads are rare; they take the general path.
+        if matches!(parsed.stmts.as_slice(), [Statement::Query(_)])
+            && self.stale_read_ts()?.is_some()
+        {
+            return Ok(Fast::Declined);
+        }
+        let txn = Arc::new(Mutex::new(self.engine.mgr.begin()?));
+        let ctx = StatementContext {
+            engine: self.engine.clone(),
+            txn: txn.clone(),
+        };
+        let Some(out) = run_fast(&ctx, parsed, params, self.default_read_only)? else {
+            return Ok(Fast::Declined);
+        };
+        let committed = txn
+            .lock()
+            .map_err(|_| Error::Internal("transaction lock poisoned".into()))
+            .map(|mut t| crate::commit_txn(&mut t))?;
+        match committed {
+            Ok(info) => {
+                if let Some(info) = info {
+                    self.last_commit_ts = Some(info.ts);
+                }
+                Ok(Fast::Done(tag, out))
+            }
+            Err(e) if e.is_retryable() => Ok(Fast::Conflicted(e)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -880,12 +965,7 @@ impl Session {
                         }
                         r
                     }
-                    None => self
-                        .autocommit(Work::Statement(stmt))
-                        .await?
-                        .ok_or_else(|| {
-                            Error::Internal("an autocommit statement gave no result".into())
-                        }),
+                    None => self.autocommit(stmt).await,
                 }
             }
         }
@@ -912,21 +992,15 @@ impl Session {
         parse_staleness(&value, now_micros())
     }
 
-    /// Runs `work` in a transaction of its own and commits it, retrying
-    /// serialization conflicts. `None` only for [`Work::Fast`] when the
-    /// plan cannot run it (nothing was written).
-    async fn autocommit(&mut self, work: Work<'_>) -> Result<Option<Output>> {
-        let query = match &work {
-            Work::Statement(stmt) => matches!(stmt, Statement::Query(_)),
-            Work::Fast(parsed, _) => matches!(parsed.stmts.as_slice(), [Statement::Query(_)]),
-        };
+    /// Runs `stmt` in a transaction of its own and commits it, retrying
+    /// serialization conflicts.
+    async fn autocommit(&mut self, stmt: Statement) -> Result<Output> {
+        let query = matches!(stmt, Statement::Query(_));
         let mut attempt = 0;
         loop {
             attempt += 1;
             let stale = if query { self.stale_read_ts()? } else { None };
             let txn = match stale {
-                // Stale reads are rare; they take the general path.
-                Some(_) if matches!(work, Work::Fast(..)) => return Ok(None),
                 Some(ts) => self.engine.mgr.begin_at(ts)?,
                 None => self.engine.mgr.begin()?,
             };
@@ -935,15 +1009,7 @@ impl Session {
                 engine: self.engine.clone(),
                 txn: txn.clone(),
             };
-            let out = match &work {
-                Work::Statement(stmt) => ctx.run(stmt.clone(), self.default_read_only).await?,
-                Work::Fast(parsed, params) => {
-                    match run_fast(&ctx, parsed, params, self.default_read_only)? {
-                        Some(out) => out,
-                        None => return Ok(None),
-                    }
-                }
-            };
+            let out = ctx.run(stmt.clone(), self.default_read_only).await?;
             let committed = txn
                 .lock()
                 .map_err(|_| Error::Internal("transaction lock poisoned".into()))
@@ -953,17 +1019,35 @@ impl Session {
                     if let Some(info) = info {
                         self.last_commit_ts = Some(info.ts);
                     }
-                    return Ok(Some(out));
+                    return Ok(out);
                 }
-                Err(e) if e.is_retryable() && attempt < AUTOCOMMIT_ATTEMPTS => {
-                    debug!(attempt, "autocommit statement conflicted; retrying");
-                    tokio::time::sleep(std::time::Duration::from_millis((attempt as u64) * 2))
-                        .await;
-                }
+                Err(e) if e.is_retryable() => conflict_pause(attempt, e).await?,
                 Err(e) => return Err(e.into()),
             }
         }
     }
+}
+
+/// After an autocommit statement's `attempt`-th serialization conflict:
+/// waits a little longer each time before the next attempt, or returns the
+/// conflict once [`AUTOCOMMIT_ATTEMPTS`] have failed.
+async fn conflict_pause(attempt: u32, e: spindle_txn::Error) -> Result<()> {
+    if attempt >= AUTOCOMMIT_ATTEMPTS {
+        return Err(e.into());
+    }
+    debug!(attempt, "autocommit statement conflicted; retrying");
+    tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt) * 2)).await;
+    Ok(())
+}
+
+/// What a fast-plan attempt did.
+enum Fast {
+    /// Ran: the statement's tag and output.
+    Done(&'static str, Output),
+    /// Nothing done: no plan, or it declined the parameters.
+    Declined,
+    /// An autocommit attempt conflicted at commit; nothing was written.
+    Conflicted(spindle_txn::Error),
 }
 
 /// Runs `parsed`'s fast plan for the catalog of `ctx`'s transaction, if
@@ -987,14 +1071,6 @@ fn run_fast(
         ctx.engine.count_fast_path();
     }
     r
-}
-
-/// What an autocommit transaction runs.
-enum Work<'a> {
-    /// A bound statement, the general way.
-    Statement(Statement),
-    /// A cached statement's fast plan with these parameters.
-    Fast(&'a Parsed, &'a [Value]),
 }
 
 /// Read-only session parameter: the last commit timestamp (PGAdapter's name).
