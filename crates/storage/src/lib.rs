@@ -11,13 +11,23 @@
 //! ```text
 //!   logical key              version suffix
 //!   ┌───────────────────────┬────┬──────────────────────────┐
+//!   │ 20 [table] [key] ...  │ 00 │ 00 00 00 00 00 00 00 00  │ → 02 [ts u64 BE] [row bytes] | 03 [ts u64 BE]
+//!   ├───────────────────────┼────┼──────────────────────────┤   (the head: the newest version)
 //!   │ 20 [table] [key] ...  │ 00 │ !commit_ts (u64, BE)     │ → 01 [row bytes] | 00 (tombstone)
-//!   └───────────────────────┴────┴──────────────────────────┘
+//!   └───────────────────────┴────┴──────────────────────────┘   (older versions, newest first)
 //!   FF "meta/…"                                              → unversioned metadata
 //! ```
 //!
-//! The timestamp is stored inverted, so the newest version of a key comes
-//! first. The separator `00` is lower than the table marker `20`, so the
+//! The newest version of every key lives in its **head**, at the key's
+//! fixed slot (suffix `00` + eight zero bytes), with its commit timestamp
+//! in the value; older versions live under their inverted timestamp, so
+//! the newer sort first. A read of the newest version — almost every read
+//! — is one exact-key lookup; a read at an older snapshot finds the head
+//! too new and continues into the older versions. A commit moves the
+//! previous head to its timestamped slot and writes the new head, in the
+//! same atomic batch.
+//!
+//! The separator `00` is lower than the table marker `20`, so the
 //! versions of a row sort before the row's interleaved children: a logical
 //! range scan stays a physical range scan. Example, keys × time:
 //!
@@ -26,12 +36,28 @@
 //!   Singers/1  "Marc"                  "Marc R."     read@6 → "Marc", read@9 → "Marc R."
 //!   Albums/1/1             "Total"                    read@6 → (none)
 //!   Singers/2  "Cat"       (deleted)                  read@6 → "Cat", read@7 → (none)
+//!
+//!   Singers/1 00 head      → 02 ts=9 "Marc R."
+//!   Singers/1 00 !5        → 01 "Marc"
 //! ```
 //!
-//! Logical keys must never start with `FF` (reserved for metadata) and a
-//! logical key is never followed by `00` inside another logical key (row
-//! keys continue only with a table marker). Versions no snapshot can read
-//! any more are removed by [`Store::gc`].
+//! Invariants:
+//! * Every logical key that has a version has a head, and the head is its
+//!   newest version. Applying a version older than the head (never done by
+//!   the transaction layer) stores it in its timestamped slot instead;
+//!   applying the head's own version again rewrites the head.
+//! * Commits that write the same key apply one at a time, in timestamp
+//!   order (the transaction layer's validation aborts concurrent writers of
+//!   a key), so reading the head and replacing it in one batch is safe.
+//!   [`Store::gc`] removes a head only if it is unchanged (compare and
+//!   swap), and never a version as new as the one it keeps.
+//! * Logical keys never start with `FF` (reserved for metadata), and a
+//!   logical key is never followed by `00` inside another logical key (row
+//!   keys continue only with a table marker). Versions no snapshot can
+//!   read any more are removed by [`Store::gc`].
+//! * A store written before heads existed (no `meta/layout`) is converted
+//!   when opened: each key's newest version moves to its head
+//!   ([`Store::open`]; idempotent, so a crash during it is harmless).
 
 pub mod splits;
 
@@ -44,8 +70,18 @@ const META_LAST_TS: &[u8] = b"\xFFmeta/last_commit_ts";
 /// How long [`Store::open`] waits for a lock the previous handle of the
 /// same directory (in this process) is still releasing.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const META_LAYOUT: &[u8] = b"\xFFmeta/layout";
+/// The layout with heads (see the module docs).
+const LAYOUT_HEADS: u8 = 2;
 const VERSION_SEP: u8 = 0x00;
 const SUFFIX_LEN: usize = 9;
+/// The timestamp whose inverted form (all zero bytes) is the head's slot.
+const HEAD_TS: Timestamp = u64::MAX;
+/// First byte of a stored value.
+const TAG_TOMBSTONE: u8 = 0;
+const TAG_LIVE: u8 = 1;
+const TAG_HEAD_LIVE: u8 = 2;
+const TAG_HEAD_TOMBSTONE: u8 = 3;
 
 /// Storage errors. Every one is internal (XX000) to the layers above: the
 /// disk failed or stored bytes are not what this layer wrote.
@@ -126,12 +162,56 @@ impl Store {
             None => 0,
         };
         debug!(last_commit_ts = last, "store opened");
-        Ok(Store {
+        let store = Store {
             db,
             visible_ts: AtomicU64::new(last),
             temporary,
             log_file: None,
-        })
+        };
+        if store.db.get(META_LAYOUT)?.as_deref() != Some(&[LAYOUT_HEADS]) {
+            store.convert_to_heads()?;
+        }
+        Ok(store)
+    }
+
+    /// Gives every key of a store written before heads existed its head:
+    /// its newest version moves from its timestamped slot to the head slot.
+    /// Keys that have a head already are left alone, so a conversion
+    /// interrupted by a crash just runs again. Then records the layout.
+    fn convert_to_heads(&self) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        let mut pending = 0;
+        let mut moved = 0u64;
+        let mut current: Option<Vec<u8>> = None;
+        for item in self.db.range(..META_PREFIX.to_vec()) {
+            let (pk, v) = item?;
+            let (key, ts) = split_physical(&pk)?;
+            if current.as_deref() == Some(key) {
+                continue;
+            }
+            current = Some(key.to_vec());
+            if ts == HEAD_TS {
+                continue;
+            }
+            let payload = match v.first() {
+                Some(&TAG_LIVE) => Some(&v[1..]),
+                Some(&TAG_TOMBSTONE) => None,
+                _ => return Err(Error::Corrupt("bad version value".into())),
+            };
+            batch.remove(pk.as_ref());
+            batch.insert(head_key(key), head_value(ts, payload));
+            moved += 1;
+            pending += 1;
+            if pending >= 4096 {
+                self.db.apply_batch(std::mem::take(&mut batch))?;
+                pending = 0;
+            }
+        }
+        batch.insert(META_LAYOUT, vec![LAYOUT_HEADS]);
+        self.db.apply_batch(batch)?;
+        self.flush()?;
+        debug!(moved, "store converted to heads");
+        Ok(())
     }
 
     pub fn is_temporary(&self) -> bool {
@@ -151,7 +231,7 @@ impl Store {
     pub fn commit(&self, ts: Timestamp, writes: &[Write]) -> Result<()> {
         let mut batch = Batch::default();
         batch.versions(ts, writes);
-        batch.put_meta_raw(META_LAST_TS, ts.to_be_bytes().to_vec());
+        batch.set_last_commit_ts(ts);
         self.apply(batch)?;
         self.publish(ts);
         debug!(ts, writes = writes.len(), "committed");
@@ -160,15 +240,56 @@ impl Store {
 
     /// Applies one batch atomically, then flushes it to disk.
     pub fn apply(&self, batch: Batch) -> Result<()> {
-        self.db.apply_batch(batch.inner)?;
+        self.apply_unsynced(batch)?;
         self.flush()
     }
 
     /// Applies one batch atomically without waiting for the disk; a later
     /// [`Store::flush`] makes it durable (group commit).
     pub fn apply_unsynced(&self, batch: Batch) -> Result<()> {
-        self.db.apply_batch(batch.inner)?;
+        let ops = self.resolve_heads(batch)?;
+        self.db.apply_batch(ops)?;
         Ok(())
+    }
+
+    /// The physical writes of `batch`: each version becomes its key's new
+    /// head, and the head it replaces moves to its timestamped slot.
+    fn resolve_heads(&self, batch: Batch) -> Result<sled::Batch> {
+        let Batch {
+            mut inner,
+            versions,
+            ..
+        } = batch;
+        // Heads written earlier in this batch (a key written twice).
+        let mut written: std::collections::HashMap<Vec<u8>, Vec<u8>> =
+            std::collections::HashMap::new();
+        for (key, ts, value) in versions {
+            let hk = head_key(&key);
+            let old = match written.get(&hk) {
+                Some(v) => Some(v.clone()),
+                None => self.db.get(&hk)?.map(|v| v.to_vec()),
+            };
+            let new_head = match old {
+                None => Some(head_value(ts, value.as_deref())),
+                Some(old) => {
+                    let (old_ts, old_payload) = decode_head(&old)?;
+                    if old_ts < ts {
+                        inner.insert(physical_key(&key, old_ts), version_value(old_payload));
+                        Some(head_value(ts, value.as_deref()))
+                    } else if old_ts == ts {
+                        Some(head_value(ts, value.as_deref()))
+                    } else {
+                        inner.insert(physical_key(&key, ts), version_value(value.as_deref()));
+                        None
+                    }
+                }
+            };
+            if let Some(h) = new_head {
+                inner.insert(hk.clone(), h.clone());
+                written.insert(hk, h);
+            }
+        }
+        Ok(inner)
     }
 
     /// Makes everything applied so far durable: sled writes its log, then
@@ -203,11 +324,19 @@ impl Store {
 
     /// The value of `key` as of `ts`.
     pub fn get(&self, key: &[u8], ts: Timestamp) -> Result<Option<Vec<u8>>> {
+        // The head: one exact lookup, and the answer unless it is too new.
+        let Some(head) = self.db.get(head_key(key))? else {
+            return Ok(None);
+        };
+        let (head_ts, payload) = decode_head(&head)?;
+        if head_ts <= ts {
+            return Ok(payload.map(<[u8]>::to_vec));
+        }
         let start = physical_key(key, ts);
         let end = physical_key(key, 0);
-        // The first version at or below `ts` is the visible one.
+        // The first older version at or below `ts` is the visible one.
         match self.db.range(start..=end).next() {
-            Some(item) => decode_version(&item?.1),
+            Some(item) => Ok(decode_version(&item?.1)?.map(<[u8]>::to_vec)),
             None => Ok(None),
         }
     }
@@ -241,36 +370,53 @@ impl Store {
         let mut removed = 0u64;
         let mut batch = sled::Batch::default();
         let mut pending = 0;
-        // The logical key being walked, and whether its visible-at-horizon
-        // version has been passed (everything after it is garbage).
+        // The logical key being walked, and the timestamp of its
+        // visible-at-horizon version once passed (everything older is
+        // garbage).
         let mut current: Option<Vec<u8>> = None;
-        let mut past_horizon_version = false;
+        let mut kept: Option<Timestamp> = None;
         for item in self.db.range(..META_PREFIX.to_vec()) {
             let (pk, v) = item?;
-            let (key, ts) = split_physical(&pk)?;
-            if current.as_deref() != Some(key) {
-                current = Some(key.to_vec());
-                past_horizon_version = false;
+            let e = decode_entry(&pk, &v)?;
+            if current.as_deref() != Some(e.key) {
+                current = Some(e.key.to_vec());
+                kept = None;
             }
-            if ts > horizon {
+            if e.ts > horizon {
                 continue;
             }
-            let garbage = if past_horizon_version {
-                true
-            } else {
-                past_horizon_version = true;
-                // The newest version at or below the horizon: a tombstone
-                // there hides nothing anyone can still read.
-                v.first() == Some(&0)
-            };
-            if garbage {
-                batch.remove(pk);
-                removed += 1;
-                pending += 1;
-                if pending >= 4096 {
-                    self.db.apply_batch(std::mem::take(&mut batch))?;
-                    pending = 0;
+            let garbage = match kept {
+                // Strictly older: a commit may have just moved the kept
+                // head to its timestamped slot, where this walk meets it
+                // again.
+                Some(k) => e.ts < k,
+                None => {
+                    kept = Some(e.ts);
+                    // The newest version at or below the horizon: a
+                    // tombstone there hides nothing anyone can still read.
+                    e.payload.is_none()
                 }
+            };
+            if !garbage {
+                continue;
+            }
+            if e.head {
+                // Only if no commit replaced the head meanwhile.
+                if self
+                    .db
+                    .compare_and_swap(&pk, Some(&v), None as Option<&[u8]>)?
+                    .is_ok()
+                {
+                    removed += 1;
+                }
+                continue;
+            }
+            batch.remove(pk);
+            removed += 1;
+            pending += 1;
+            if pending >= 4096 {
+                self.db.apply_batch(std::mem::take(&mut batch))?;
+                pending = 0;
             }
         }
         if pending > 0 {
@@ -296,24 +442,20 @@ impl Store {
 /// One atomic group of changes: versions of logical keys and metadata.
 #[derive(Default)]
 pub struct Batch {
+    /// Metadata writes.
     inner: sled::Batch,
+    /// Versions, turned into head writes when applied
+    /// (`Store::resolve_heads`).
+    versions: Vec<(Vec<u8>, Timestamp, Option<Vec<u8>>)>,
     len: usize,
 }
 
 impl Batch {
     /// Adds versions at `ts` (a `None` value is a tombstone).
     pub fn versions(&mut self, ts: Timestamp, writes: &[Write]) {
+        self.versions.reserve(writes.len());
         for (key, value) in writes {
-            let pk = physical_key(key, ts);
-            match value {
-                Some(v) => {
-                    let mut bytes = Vec::with_capacity(v.len() + 1);
-                    bytes.push(1);
-                    bytes.extend_from_slice(v);
-                    self.inner.insert(pk, bytes);
-                }
-                None => self.inner.insert(pk, vec![0u8]),
-            }
+            self.versions.push((key.clone(), ts, value.clone()));
             self.len += 1;
         }
     }
@@ -366,11 +508,87 @@ fn split_physical(pk: &[u8]) -> Result<(&[u8], Timestamp)> {
     Ok((key, !u64::from_be_bytes(ts)))
 }
 
-fn decode_version(v: &[u8]) -> Result<Option<Vec<u8>>> {
+fn head_key(key: &[u8]) -> Vec<u8> {
+    physical_key(key, HEAD_TS)
+}
+
+/// A head's value: its commit timestamp and the row, or a tombstone.
+fn head_value(ts: Timestamp, payload: Option<&[u8]>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(9 + payload.map_or(0, <[u8]>::len));
+    v.push(if payload.is_some() {
+        TAG_HEAD_LIVE
+    } else {
+        TAG_HEAD_TOMBSTONE
+    });
+    v.extend_from_slice(&ts.to_be_bytes());
+    if let Some(p) = payload {
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+/// An older version's value (its timestamp is in its key).
+fn version_value(payload: Option<&[u8]>) -> Vec<u8> {
+    match payload {
+        Some(p) => {
+            let mut v = Vec::with_capacity(p.len() + 1);
+            v.push(TAG_LIVE);
+            v.extend_from_slice(p);
+            v
+        }
+        None => vec![TAG_TOMBSTONE],
+    }
+}
+
+fn decode_head(v: &[u8]) -> Result<(Timestamp, Option<&[u8]>)> {
+    let (tag, rest) = v
+        .split_first()
+        .ok_or_else(|| Error::Corrupt("empty head".into()))?;
+    let ts = rest
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| Error::Corrupt("head without timestamp".into()))?;
+    match *tag {
+        TAG_HEAD_LIVE => Ok((ts, Some(&rest[8..]))),
+        TAG_HEAD_TOMBSTONE => Ok((ts, None)),
+        _ => Err(Error::Corrupt("bad head value".into())),
+    }
+}
+
+fn decode_version(v: &[u8]) -> Result<Option<&[u8]>> {
     match v.first() {
-        Some(1) => Ok(Some(v[1..].to_vec())),
-        Some(0) => Ok(None),
+        Some(&TAG_LIVE) => Ok(Some(&v[1..])),
+        Some(&TAG_TOMBSTONE) => Ok(None),
         _ => Err(Error::Corrupt("bad version value".into())),
+    }
+}
+
+/// One stored version, head or older.
+struct Entry<'a> {
+    key: &'a [u8],
+    ts: Timestamp,
+    payload: Option<&'a [u8]>,
+    head: bool,
+}
+
+fn decode_entry<'a>(pk: &'a [u8], v: &'a [u8]) -> Result<Entry<'a>> {
+    let (key, slot) = split_physical(pk)?;
+    if slot == HEAD_TS {
+        let (ts, payload) = decode_head(v)?;
+        Ok(Entry {
+            key,
+            ts,
+            payload,
+            head: true,
+        })
+    } else {
+        Ok(Entry {
+            key,
+            ts: slot,
+            payload: decode_version(v)?,
+            head: false,
+        })
     }
 }
 
@@ -410,18 +628,16 @@ impl Iterator for ScanIter {
                 Ok(kv) => kv,
                 Err(e) => return Some(Err(e.into())),
             };
-            let (key, ts) = match split_physical(&pk) {
-                Ok(x) => x,
+            let e = match decode_entry(&pk, &v) {
+                Ok(e) => e,
                 Err(e) => return Some(Err(e)),
             };
-            if ts > self.ts || self.last.as_deref() == Some(key) {
+            if e.ts > self.ts || self.last.as_deref() == Some(e.key) {
                 continue;
             }
-            self.last = Some(key.to_vec());
-            match decode_version(&v) {
-                Ok(Some(value)) => return Some(Ok((key.to_vec(), value))),
-                Ok(None) => continue,
-                Err(e) => return Some(Err(e)),
+            self.last = Some(e.key.to_vec());
+            if let Some(value) = e.payload {
+                return Some(Ok((e.key.to_vec(), value.to_vec())));
             }
         }
     }
@@ -530,5 +746,182 @@ mod tests {
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.visible_ts(), 3);
         assert_eq!(s.get(&k("x"), 3).unwrap(), Some(b"1".to_vec()));
+    }
+
+    /// The physical entries of logical key `key`: (slot timestamp, value).
+    fn physical(s: &Store, key: &[u8]) -> Vec<(Timestamp, Vec<u8>)> {
+        let mut start = key.to_vec();
+        start.push(VERSION_SEP);
+        s.db.scan_prefix(&start)
+            .map(|r| {
+                let (pk, v) = r.unwrap();
+                (split_physical(&pk).unwrap().1, v.to_vec())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_head_is_the_newest_version_and_older_snapshots_read_past_it() {
+        let s = Store::open_temporary().unwrap();
+        s.commit(1, &[(k("a"), Some(b"1".to_vec()))]).unwrap();
+        s.commit(3, &[(k("a"), Some(b"3".to_vec()))]).unwrap();
+        s.commit(5, &[(k("a"), None)]).unwrap();
+        s.commit(7, &[(k("a"), Some(b"7".to_vec()))]).unwrap();
+        let expect = |ts| match ts {
+            0 => None,
+            1 | 2 => Some(b"1".to_vec()),
+            3 | 4 => Some(b"3".to_vec()),
+            5 | 6 => None,
+            _ => Some(b"7".to_vec()),
+        };
+        for ts in 0..9 {
+            assert_eq!(s.get(&k("a"), ts).unwrap(), expect(ts), "at {ts}");
+            let scanned = scan(&s, ts).into_iter().map(|(_, v)| v.into_bytes()).next();
+            assert_eq!(scanned, expect(ts), "scan at {ts}");
+        }
+        // One entry per version: the head (ts 7) first, then 5, 3, 1.
+        let slots: Vec<Timestamp> = physical(&s, &k("a")).iter().map(|e| e.0).collect();
+        assert_eq!(slots, vec![HEAD_TS, 5, 3, 1]);
+        assert_eq!(physical(&s, &k("a"))[0].1, head_value(7, Some(b"7")));
+    }
+
+    #[test]
+    fn applying_a_version_again_or_an_older_one_keeps_the_newest_in_the_head() {
+        let s = Store::open_temporary().unwrap();
+        s.commit(5, &[(k("a"), Some(b"5".to_vec()))]).unwrap();
+        // Recovery may apply a decided commit again.
+        s.commit(5, &[(k("a"), Some(b"5".to_vec()))]).unwrap();
+        assert_eq!(physical(&s, &k("a")).len(), 1);
+        s.commit(3, &[(k("a"), Some(b"3".to_vec()))]).unwrap();
+        assert_eq!(s.get(&k("a"), 4).unwrap(), Some(b"3".to_vec()));
+        assert_eq!(s.get(&k("a"), 9).unwrap(), Some(b"5".to_vec()));
+        // One key written twice in one batch: the later timestamp wins.
+        let mut b = Batch::default();
+        b.versions(8, &[(k("b"), Some(b"8".to_vec()))]);
+        b.versions(9, &[(k("b"), None)]);
+        s.apply(b).unwrap();
+        assert_eq!(s.get(&k("b"), 8).unwrap(), Some(b"8".to_vec()));
+        assert_eq!(s.get(&k("b"), 9).unwrap(), None);
+    }
+
+    #[test]
+    fn a_store_written_before_heads_is_converted_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            // The old layout: every version under its timestamp.
+            for (key, ts, v) in [
+                ("a", 1u64, version_value(Some(b"a1"))),
+                ("a", 4, version_value(Some(b"a4"))),
+                ("b", 2, version_value(None)),
+                ("c", 3, version_value(Some(b"c3"))),
+            ] {
+                s.db.insert(physical_key(&k(key), ts), v).unwrap();
+            }
+            s.db.remove(META_LAYOUT).unwrap();
+            s.db.insert(META_LAST_TS, 4u64.to_be_bytes().to_vec())
+                .unwrap();
+            s.flush().unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            scan(&s, 3),
+            vec![("a".into(), "a1".into()), ("c".into(), "c3".into())]
+        );
+        assert_eq!(
+            scan(&s, 4),
+            vec![("a".into(), "a4".into()), ("c".into(), "c3".into())]
+        );
+        assert_eq!(s.get(&k("b"), 4).unwrap(), None);
+        let slots: Vec<Timestamp> = physical(&s, &k("a")).iter().map(|e| e.0).collect();
+        assert_eq!(slots, vec![HEAD_TS, 1]);
+        assert_eq!(physical(&s, &k("b")), vec![(HEAD_TS, head_value(2, None))]);
+        drop(s);
+        // Converted once: opening again changes nothing.
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            scan(&s, 4),
+            vec![("a".into(), "a4".into()), ("c".into(), "c3".into())]
+        );
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::BTreeMap;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            /// Commit writes to keys (index, value or tombstone).
+            Commit(Vec<(u8, Option<u8>)>),
+            Gc,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => prop::collection::vec((0u8..5, prop::option::of(0u8..4)), 1..4).prop_map(Op::Commit),
+                1 => Just(Op::Gc),
+            ]
+        }
+
+        /// What a snapshot at `ts` reads, from the history of commits.
+        fn model_read(
+            history: &BTreeMap<(u8, Timestamp), Option<u8>>,
+            key: u8,
+            ts: Timestamp,
+        ) -> Option<u8> {
+            history
+                .range((key, 0)..=(key, ts))
+                .next_back()
+                .and_then(|(_, v)| *v)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+            /// Reads and scans at every timestamp at or after the GC horizon
+            /// equal a model that keeps every version.
+            #[test]
+            fn store_matches_a_model_of_versions(ops in prop::collection::vec(op(), 1..30)) {
+                let s = Store::open_temporary().unwrap();
+                let mut history: BTreeMap<(u8, Timestamp), Option<u8>> = BTreeMap::new();
+                let mut ts = 0;
+                let mut horizon = 0;
+                for op in &ops {
+                    match op {
+                        Op::Commit(writes) => {
+                            ts += 1;
+                            let mut w: BTreeMap<u8, Option<u8>> = BTreeMap::new();
+                            for (key, v) in writes {
+                                w.insert(*key, *v);
+                            }
+                            let writes: Vec<Write> = w
+                                .iter()
+                                .map(|(key, v)| (k(&key.to_string()), v.map(|v| vec![v])))
+                                .collect();
+                            s.commit(ts, &writes).unwrap();
+                            for (key, v) in w {
+                                history.insert((key, ts), v);
+                            }
+                        }
+                        Op::Gc => {
+                            horizon = ts.saturating_sub(2);
+                            s.gc(horizon).unwrap();
+                        }
+                    }
+                    for at in horizon..=ts + 1 {
+                        let mut expect = Vec::new();
+                        for key in 0u8..5 {
+                            let m = model_read(&history, key, at);
+                            prop_assert_eq!(s.get(&k(&key.to_string()), at).unwrap(), m.map(|v| vec![v]));
+                            if let Some(v) = m {
+                                expect.push((key.to_string(), String::from_utf8(vec![v]).unwrap()));
+                            }
+                        }
+                        prop_assert_eq!(scan(&s, at), expect);
+                    }
+                }
+            }
+        }
     }
 }
