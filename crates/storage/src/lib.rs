@@ -260,7 +260,10 @@ impl Store {
             versions,
             ..
         } = batch;
-        // Heads written earlier in this batch (a key written twice).
+        // Heads written earlier in this batch, when a key may be written
+        // twice (not when the keys are strictly ascending, as a
+        // transaction's write set is).
+        let unique = versions.windows(2).all(|w| w[0].0 < w[1].0);
         let mut written: std::collections::HashMap<Vec<u8>, Vec<u8>> =
             std::collections::HashMap::new();
         for (key, ts, value) in versions {
@@ -284,9 +287,13 @@ impl Store {
                     }
                 }
             };
-            if let Some(h) = new_head {
-                inner.insert(hk.clone(), h.clone());
-                written.insert(hk, h);
+            match new_head {
+                Some(h) if !unique => {
+                    inner.insert(hk.clone(), h.clone());
+                    written.insert(hk, h);
+                }
+                Some(h) => inner.insert(hk, h),
+                None => {}
             }
         }
         Ok(inner)
