@@ -535,3 +535,78 @@ fn cached_inserts_keep_defaults_and_interleaving() {
         .unwrap();
     assert_eq!(rows.rows().unwrap()[0].get::<String>(0).unwrap(), "w");
 }
+
+/// pgbench's history insert: a table without a primary key (a hidden,
+/// random key is drawn) and `CURRENT_TIMESTAMP` / `now()` for a TIMESTAMP
+/// column run by the cached plan; the statement's time is taken at each
+/// run, not when the plan was made. For a column of another type the
+/// general path converts it.
+#[test]
+fn cached_inserts_draw_hidden_keys_and_take_the_time_at_each_run() {
+    let db = db();
+    db.execute(
+        "CREATE TABLE history (tid bigint, delta bigint, mtime timestamp, note varchar(40))",
+        &[],
+    )
+    .unwrap();
+    let mut s = db.session();
+    let micros = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as i64
+    };
+    let mut bounds = Vec::new();
+    for (i, sql) in [
+        "INSERT INTO history (tid, delta, mtime) VALUES ($1, $2, CURRENT_TIMESTAMP)",
+        "INSERT INTO history (tid, delta, mtime) VALUES ($1, $2, now())",
+    ]
+    .iter()
+    .cycle()
+    .take(6)
+    .enumerate()
+    {
+        let before = db.engine().fast_path_count();
+        let t0 = micros();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(
+            s.execute(sql, &[Value::Int64(i as i64), Value::Int64(-1)])
+                .unwrap(),
+            1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        bounds.push((t0, micros()));
+        assert_eq!(db.engine().fast_path_count(), before + 1, "{sql}");
+    }
+    // Six rows, each with its own key, stamped during its own statement.
+    let rows = s
+        .query(
+            "SELECT tid, delta, extract(epoch from mtime) * 1000000 FROM history ORDER BY tid",
+            &[],
+        )
+        .unwrap();
+    let rows = rows.rows().unwrap();
+    assert_eq!(rows.len(), 6);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.get::<i64>(0).unwrap(), i as i64);
+        assert_eq!(r.get::<i64>(1).unwrap(), -1);
+        let at = r.get::<f64>(2).unwrap() as i64;
+        let (lo, hi) = bounds[i];
+        assert!(lo <= at && at <= hi, "row {i}: {at} not in [{lo}, {hi}]");
+    }
+    // CURRENT_TIMESTAMP into a text column: the general path.
+    let before = db.engine().fast_path_count();
+    s.execute(
+        "INSERT INTO history (tid, note) VALUES ($1, CURRENT_TIMESTAMP)",
+        &[Value::Int64(7)],
+    )
+    .unwrap();
+    assert_eq!(db.engine().fast_path_count(), before);
+    let rows = s
+        .query("SELECT note FROM history WHERE tid = 7", &[])
+        .unwrap();
+    assert!(rows.rows().unwrap()[0]
+        .get::<String>(0)
+        .unwrap()
+        .starts_with("20"));
+}

@@ -470,12 +470,14 @@ pub(crate) fn plan_insert(
         }
         t
     };
-    // Columns not given are NULL: no default to evaluate, no hidden key.
+    // Columns not given are NULL: no default to evaluate. A hidden key
+    // (a table without a primary key) is drawn by `insert_if_absent`, as
+    // on the general path.
     if table
         .columns
         .iter()
         .enumerate()
-        .any(|(i, c)| !targets.contains(&i) && (c.hidden || c.default.is_some()))
+        .any(|(i, c)| !targets.contains(&i) && c.default.is_some())
     {
         return None;
     }
@@ -491,7 +493,14 @@ pub(crate) fn plan_insert(
         if r.len() != targets.len() {
             return None;
         }
-        rows.push(r.iter().map(Slot::of).collect::<Option<Vec<_>>>()?);
+        let slots = r.iter().zip(&targets).map(|(e, t)| {
+            Slot::of(e).or_else(|| {
+                (Slot::is_now(e)
+                    && table.columns[*t].data_type == spindle_keys::DataType::Timestamp)
+                    .then_some(Slot::Now)
+            })
+        });
+        rows.push(slots.collect::<Option<Vec<_>>>()?);
     }
     Some(InsertPlan {
         table: table.clone(),
@@ -512,10 +521,15 @@ pub(crate) fn run_insert(
 ) -> Result<Option<u64>> {
     let table = &plan.table;
     let mut rows = Vec::with_capacity(plan.rows.len());
+    // One instant for the whole statement, as on the general path.
+    let now = Slot::Now.resolve(params);
     for r in &plan.rows {
         let Some(values) = r
             .iter()
-            .map(|s| s.resolve(params))
+            .map(|s| match s {
+                Slot::Now => now.clone(),
+                s => s.resolve(params),
+            })
             .collect::<Option<Vec<_>>>()
         else {
             return Ok(None);

@@ -174,9 +174,32 @@ pub(crate) enum KeyRange<V = Value> {
 pub(crate) enum Slot {
     Value(Value),
     Param(usize),
+    /// The statement's time (`CURRENT_TIMESTAMP`, `now()`), taken when the
+    /// plan runs; only for a TIMESTAMP column's inserted value.
+    Now,
 }
 
 impl Slot {
+    /// `CURRENT_TIMESTAMP` or `now()` (any case, no arguments).
+    pub(crate) fn is_now(e: &ast::Expr) -> bool {
+        let ast::Expr::Function(f) = e else {
+            return false;
+        };
+        let no_args = match &f.args {
+            ast::FunctionArguments::None => true,
+            ast::FunctionArguments::List(l) => l.args.is_empty() && l.clauses.is_empty(),
+            ast::FunctionArguments::Subquery(_) => false,
+        };
+        let name = f.name.to_string().to_ascii_lowercase();
+        no_args
+            && (name == "current_timestamp" || name == "now")
+            && f.filter.is_none()
+            && f.over.is_none()
+            && f.within_group.is_empty()
+            && f.null_treatment.is_none()
+            && matches!(f.parameters, ast::FunctionArguments::None)
+    }
+
     /// A literal ([`literal_value`]) or a `$n` placeholder.
     pub(crate) fn of(e: &ast::Expr) -> Option<Slot> {
         if let Some(v) = literal_value(e) {
@@ -207,6 +230,9 @@ impl Slot {
                 Value::Json(s) => Value::String(s.clone()),
                 v => v.clone(),
             }),
+            Slot::Now => Some(Value::Timestamp(
+                i64::try_from(crate::session::now_micros()).unwrap_or(i64::MAX),
+            )),
         }
     }
 }
@@ -325,6 +351,7 @@ pub(crate) fn match_key_range(
             Slot::Value(v) if !same_key_type(v, &column.data_type) => return None,
             Slot::Value(_) => {}
             Slot::Param(_) => params = true,
+            Slot::Now => return None,
         }
         match op {
             ast::BinaryOperator::Eq => {
