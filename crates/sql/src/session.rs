@@ -838,17 +838,8 @@ impl Session {
         let Some(out) = run_fast(&ctx, parsed, params, self.default_read_only)? else {
             return Ok(Fast::Declined);
         };
-        let committed = txn
-            .lock()
-            .map_err(|_| Error::Internal("transaction lock poisoned".into()))
-            .map(|mut t| crate::commit_txn(&mut t))?;
-        match committed {
-            Ok(info) => {
-                if let Some(info) = info {
-                    self.last_commit_ts = Some(info.ts);
-                }
-                Ok(Fast::Done(tag, out))
-            }
+        match self.commit_own(&txn)? {
+            Ok(()) => Ok(Fast::Done(tag, out)),
             Err(e) if e.is_retryable() => Ok(Fast::Conflicted(e)),
             Err(e) => Err(e.into()),
         }
@@ -992,6 +983,23 @@ impl Session {
         parse_staleness(&value, now_micros())
     }
 
+    /// Commits an autocommit statement's own transaction and records its
+    /// commit timestamp. The inner error is the commit's (a conflict the
+    /// caller may retry); the outer one a poisoned lock.
+    fn commit_own(
+        &mut self,
+        txn: &Mutex<Transaction>,
+    ) -> Result<std::result::Result<(), spindle_txn::Error>> {
+        let mut t = txn
+            .lock()
+            .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
+        Ok(crate::commit_txn(&mut t).map(|info| {
+            if let Some(info) = info {
+                self.last_commit_ts = Some(info.ts);
+            }
+        }))
+    }
+
     /// Runs `stmt` in a transaction of its own and commits it, retrying
     /// serialization conflicts.
     async fn autocommit(&mut self, stmt: Statement) -> Result<Output> {
@@ -1010,17 +1018,8 @@ impl Session {
                 txn: txn.clone(),
             };
             let out = ctx.run(stmt.clone(), self.default_read_only).await?;
-            let committed = txn
-                .lock()
-                .map_err(|_| Error::Internal("transaction lock poisoned".into()))
-                .map(|mut t| crate::commit_txn(&mut t))?;
-            match committed {
-                Ok(info) => {
-                    if let Some(info) = info {
-                        self.last_commit_ts = Some(info.ts);
-                    }
-                    return Ok(out);
-                }
+            match self.commit_own(&txn)? {
+                Ok(()) => return Ok(out),
                 Err(e) if e.is_retryable() => conflict_pause(attempt, e).await?,
                 Err(e) => return Err(e.into()),
             }
