@@ -54,7 +54,7 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
     let tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .ok()?;
-    let offsets = Offsets::new(sql);
+    let mut offsets = Offsets::new(sql);
     let mut text = String::with_capacity(sql.len());
     let mut params = Vec::new();
     // Byte offset of the original text copied so far.
@@ -146,31 +146,45 @@ fn unary_position(prev: Option<&Token>) -> bool {
 }
 
 /// Byte offsets of the tokenizer's (line, column) positions, both counted
-/// from 1, columns in characters.
+/// from 1, columns in characters. Positions are asked for in text order, so
+/// each is found by walking on from the previous one: linear in the text,
+/// however many literals it has.
 struct Offsets<'a> {
     sql: &'a str,
     /// Byte offset where each line starts.
     lines: Vec<usize>,
+    /// The last position found: line, column, byte offset.
+    last: (u64, u64, usize),
 }
 
 impl<'a> Offsets<'a> {
     fn new(sql: &'a str) -> Offsets<'a> {
         let mut lines = vec![0];
         lines.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
-        Offsets { sql, lines }
+        Offsets {
+            sql,
+            lines,
+            last: (0, 0, 0),
+        }
     }
 
-    fn byte(&self, at: Location) -> Option<usize> {
-        let start = *self
-            .lines
-            .get(usize::try_from(at.line).ok()?.checked_sub(1)?)?;
-        let column = usize::try_from(at.column).ok()?.checked_sub(1)?;
-        let line = &self.sql[start..];
-        match line.char_indices().nth(column) {
-            Some((i, _)) => Some(start + i),
-            // Just past the last character of the text.
-            None => (line.chars().count() == column).then_some(self.sql.len()),
+    fn byte(&mut self, at: Location) -> Option<usize> {
+        if at.column == 0 {
+            return None;
         }
+        let (mut column, mut byte) = if self.last.0 == at.line && self.last.1 <= at.column {
+            (self.last.1, self.last.2)
+        } else {
+            let line = usize::try_from(at.line).ok()?.checked_sub(1)?;
+            (1, *self.lines.get(line)?)
+        };
+        let mut chars = self.sql.get(byte..)?.chars();
+        while column < at.column {
+            byte += chars.next()?.len_utf8();
+            column += 1;
+        }
+        self.last = (at.line, at.column, byte);
+        Some(byte)
     }
 }
 
@@ -230,6 +244,31 @@ mod tests {
                 "SELECT $1 AS \"ä\",\n  x FROM t WHERE id=$2".into(),
                 vec![Value::String("ü".into()), Value::Int64(1)]
             ))
+        );
+    }
+
+    #[test]
+    fn many_literals_over_many_lines() {
+        let rows: Vec<String> = (0..300).map(|i| format!("({i}, 'é{i}')")).collect();
+        let sql = format!(
+            "INSERT INTO t VALUES {},\n  {}",
+            rows[..150].join(", "),
+            rows[150..].join(",\n ")
+        );
+        let n = normalize(&sql).unwrap();
+        assert_eq!(n.params.len(), 600);
+        assert_eq!(n.params[598], Value::Int64(299));
+        assert_eq!(n.params[599], Value::String("é299".into()));
+        let expect: Vec<String> = (0..300)
+            .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+            .collect();
+        assert_eq!(
+            n.text,
+            format!(
+                "INSERT INTO t VALUES {},\n  {}",
+                expect[..150].join(", "),
+                expect[150..].join(",\n ")
+            )
         );
     }
 

@@ -140,12 +140,7 @@ impl Engine {
         }
         let stmts = Arc::new(Parsed::new(parser::parse(sql)?));
         if sql.len() <= PARSE_CACHE_MAX_SQL {
-            if let Ok(mut map) = self.parsed.lock() {
-                if map.len() >= PARSE_CACHE_ENTRIES {
-                    map.clear();
-                }
-                map.insert(sql.to_string(), stmts.clone());
-            }
+            remember(&self.parsed, sql, stmts.clone());
         }
         Ok(stmts)
     }
@@ -159,12 +154,7 @@ impl Engine {
             }
         }
         let parsed = parser::parse(text).ok().map(|s| Arc::new(Parsed::new(s)));
-        if let Ok(mut map) = self.normalized.lock() {
-            if map.len() >= PARSE_CACHE_ENTRIES {
-                map.clear();
-            }
-            map.insert(text.to_string(), parsed.clone());
-        }
+        remember(&self.normalized, text, parsed.clone());
         parsed
     }
 
@@ -667,14 +657,8 @@ impl Session {
     /// Runs every statement of `sql` with positional parameters `$1…`,
     /// stopping at the first error.
     pub async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.try_fast(sql, params)? {
-                Fast::Done(_, out) => return Ok(vec![out]),
-                Fast::Declined => break,
-                Fast::Conflicted(e) => conflict_pause(attempt, e).await?,
-            }
+        if let Some((_, out)) = self.retry_fast(|s| s.try_fast(sql, params)).await? {
+            return Ok(vec![out]);
         }
         // Boxed: the general path's future is large, and moving it with
         // this one would cost every fast statement a copy of it.
@@ -746,13 +730,22 @@ impl Session {
         &mut self,
         sql: &str,
     ) -> Result<Option<(&'static str, Output)>> {
-        let mut attempt = 0;
+        self.retry_fast(|s| s.try_inline_fast(sql)).await
+    }
+
+    /// Runs `attempt` until it is done or declines, pausing after each
+    /// conflict ([`conflict_pause`]).
+    async fn retry_fast(
+        &mut self,
+        mut attempt: impl FnMut(&mut Self) -> Result<Fast>,
+    ) -> Result<Option<(&'static str, Output)>> {
+        let mut n = 0;
         loop {
-            attempt += 1;
-            match self.try_inline_fast(sql)? {
+            n += 1;
+            match attempt(self)? {
                 Fast::Done(tag, out) => return Ok(Some((tag, out))),
                 Fast::Declined => return Ok(None),
-                Fast::Conflicted(e) => conflict_pause(attempt, e).await?,
+                Fast::Conflicted(e) => conflict_pause(n, e).await?,
             }
         }
     }
@@ -1024,6 +1017,17 @@ impl Session {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// Keeps `value` under `key` in a statement cache, emptying it first when
+/// it holds [`PARSE_CACHE_ENTRIES`].
+fn remember<V>(map: &Mutex<HashMap<String, V>>, key: &str, value: V) {
+    if let Ok(mut map) = map.lock() {
+        if map.len() >= PARSE_CACHE_ENTRIES {
+            map.clear();
+        }
+        map.insert(key.to_string(), value);
     }
 }
 
