@@ -1066,4 +1066,49 @@ async fn replies_wait_for_sync_or_flush() {
     }
     // BindComplete, RowDescription, CommandComplete (no rows), ReadyForQuery.
     assert_eq!(tags, vec![b'2', b'T', b'C', b'Z']);
+
+    // Execute's rows and CommandComplete (or PortalSuspended) wait too.
+    raw.send(b'Q', &cstr("INSERT INTO f VALUES (7, 70), (8, 80)"))
+        .await;
+    assert_eq!(raw.until_ready().await, Vec::<String>::new());
+    raw.send(b'B', &bind).await;
+    raw.send(b'E', &[0, 0, 0, 0, 0]).await;
+    let mut range = cstr("all");
+    range.extend(cstr("SELECT v FROM f ORDER BY k"));
+    range.extend([0, 0]);
+    raw.send(b'P', &range).await;
+    let mut bind_all = cstr("p");
+    bind_all.extend(cstr("all"));
+    bind_all.extend([0, 0, 0, 0, 0, 0]);
+    raw.send(b'B', &bind_all).await;
+    let mut ex = cstr("p");
+    ex.extend([0, 0, 0, 1]); // one row at a time
+    raw.send(b'E', &ex).await;
+    let early = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        raw.s.read(&mut chunk),
+    )
+    .await;
+    assert!(early.is_err(), "the server replied to Execute before Flush");
+    raw.send(b'H', &[]).await;
+    let mut got = Vec::new();
+    for _ in 0..7 {
+        got.push(raw.next().await.unwrap().0);
+    }
+    // BindComplete, DataRow, CommandComplete; ParseComplete, BindComplete,
+    // DataRow, PortalSuspended.
+    assert_eq!(got, vec![b'2', b'D', b'C', b'1', b'2', b'D', b's']);
+    raw.send(b'E', &ex).await;
+    raw.send(b'E', &ex).await;
+    raw.send(b'S', &[]).await;
+    let mut tags = Vec::new();
+    while let Some((tag, _)) = raw.next().await {
+        tags.push(tag);
+        if tag == b'Z' {
+            break;
+        }
+    }
+    // The second row and the end of the portal (no rows, then
+    // CommandComplete), then ReadyForQuery.
+    assert_eq!(tags, vec![b'D', b's', b'C', b'Z']);
 }
