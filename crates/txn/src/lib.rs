@@ -45,8 +45,8 @@
 //! far, so it never goes back when commits apply out of order. After a
 //! crash, a commit below it that never applied is simply absent — it was
 //! never acknowledged, and every later commit validated against its writes,
-//! so none depends on it — and a two-phase commit with a decision is
-//! finished by recovery before the database opens.
+//! so none depends on it — and a two-phase commit whose participants all
+//! prepared durably is finished by recovery before the database opens.
 //!
 //! ## Isolation: serializable by optimistic validation
 //!
@@ -535,59 +535,67 @@ impl TxnManager {
     }
 
     /// Commits `groups` (writes per split id) with two-phase commit; see
-    /// [`twopc`]. Two flushes: one after every participant prepared, one
-    /// after the decision — from then on the commit is certain (recovery
-    /// finishes it), so the applies and the finish need no flush of their
-    /// own. With group commit the flushes are shared with other commits.
+    /// [`twopc`]. One flush, after every participant prepared: that is the
+    /// commit point (recovery finishes the commit from the prepare
+    /// records), so the applies and the finish need no flush of their own.
+    /// With group commit the flush is shared with other commits.
     fn two_phase_commit(&self, ts: Timestamp, groups: &[(u64, Vec<Write>)]) -> Result<()> {
+        let participants: Vec<u64> = groups.iter().map(|(id, _)| *id).collect();
         let prepared = (|| {
             self.check_crash(CrashPoint::BeforePrepare)?;
             for (n, (id, ws)) in groups.iter().enumerate() {
                 let mut b = Batch::default();
-                b.put_meta(&twopc::prep_name(ts, *id), twopc::encode_writes(ws));
+                b.put_meta(
+                    &twopc::prepared_name(ts, *id),
+                    twopc::encode_prepared(&participants, ws),
+                );
                 self.store.apply_unsynced(b)?;
                 self.check_crash(CrashPoint::AfterPrepare(n + 1))?;
             }
-            self.make_durable()
+            Ok(())
         })();
         if let Err(e) = prepared {
+            // A participant's record is missing: recovery would abort too.
             if !matches!(e, Error::Crashed(_)) {
                 self.abort_prepared(ts, groups);
             }
             return Err(e);
         }
-        let decided = (|| {
-            let mut b = Batch::default();
-            let participants: Vec<u8> =
-                groups.iter().flat_map(|(id, _)| id.to_be_bytes()).collect();
-            b.put_meta(&twopc::decision_name(ts), participants);
-            self.store.apply_unsynced(b)?;
-            self.make_durable()?;
-            self.check_crash(CrashPoint::AfterDecision)?;
-            for (n, (id, ws)) in groups.iter().enumerate() {
+        if let Err(e) = self.make_durable() {
+            // Every record was written but the flush failed: they may be
+            // durable, so the outcome is in doubt until recovery decides
+            // it. Stop like a crash rather than abort what may be committed.
+            self.abandon_commit();
+            return Err(e);
+        }
+        let finished = (|| {
+            self.check_crash(CrashPoint::Committed)?;
+            for (n, (_, ws)) in groups.iter().enumerate() {
                 let mut b = Batch::default();
                 b.versions(ts, ws);
-                b.delete_meta(&twopc::prep_name(ts, *id));
                 self.store.apply_unsynced(b)?;
                 self.check_crash(CrashPoint::AfterApply(n + 1))?;
             }
             let mut b = Batch::default();
-            b.delete_meta(&twopc::decision_name(ts));
+            for (id, _) in groups {
+                b.delete_meta(&twopc::prepared_name(ts, *id));
+            }
             self.apply_final(b, ts)
         })();
-        if decided.is_err() {
-            // Possibly decided but not applied: only recovery can finish it.
+        if finished.is_err() {
+            // Committed but possibly not applied: only recovery can finish it.
             self.abandon_commit();
         }
-        decided
+        finished
     }
 
-    /// Removes the prepared records of a two-phase commit that failed
-    /// before its decision (recovery would remove them at the next open).
+    /// Removes the prepare records of a two-phase commit that failed
+    /// before they were all durable (recovery would remove them at the next
+    /// open).
     fn abort_prepared(&self, ts: Timestamp, groups: &[(u64, Vec<Write>)]) {
         let mut b = Batch::default();
         for (id, _) in groups {
-            b.delete_meta(&twopc::prep_name(ts, *id));
+            b.delete_meta(&twopc::prepared_name(ts, *id));
         }
         if let Err(e) = self.store.apply_unsynced(b) {
             tracing::warn!(error = %e, ts, "could not remove prepared records");

@@ -156,8 +156,10 @@ fn crash_at_every_step_of_two_phase_commit_is_all_or_nothing() {
     let points = [
         (CrashPoint::BeforePrepare, false),
         (CrashPoint::AfterPrepare(1), false),
-        (CrashPoint::AfterPrepare(2), false),
-        (CrashPoint::AfterDecision, true),
+        // All prepare records are written: the "crash" here loses nothing
+        // written, so they are durable, and that is the commit point.
+        (CrashPoint::AfterPrepare(2), true),
+        (CrashPoint::Committed, true),
         (CrashPoint::AfterApply(1), true),
         (CrashPoint::AfterApply(2), true),
     ];
@@ -216,6 +218,10 @@ fn crash_at_every_step_of_two_phase_commit_is_all_or_nothing() {
             "{point:?}"
         );
         assert!(
+            m.store().meta_scan("prepared/").unwrap().is_empty(),
+            "{point:?}"
+        );
+        assert!(
             m.store().meta_scan("decision/").unwrap().is_empty(),
             "{point:?}"
         );
@@ -252,7 +258,7 @@ fn commits_apply_while_an_earlier_two_phase_commit_is_held() {
     let reached_tx = std::sync::Mutex::new(reached_tx);
     let release_rx = std::sync::Mutex::new(release_rx);
     m.set_step_hook(Some(Arc::new(move |point| {
-        if point == CrashPoint::AfterDecision && std::thread::current().name() == Some("held-2pc") {
+        if point == CrashPoint::Committed && std::thread::current().name() == Some("held-2pc") {
             reached_tx.lock().unwrap().send(()).unwrap();
             release_rx.lock().unwrap().recv().unwrap();
         }
@@ -413,4 +419,79 @@ fn concurrent_one_and_two_phase_transfers_keep_the_total() {
     drop(m);
     let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
     assert_eq!(total(&m), ACCOUNTS * 100);
+}
+
+/// `[count u32]` then per put `[klen u32][key][1][vlen u32][value]`: the
+/// writes of a prepare record, byte by byte as `twopc` encodes them.
+fn encode_puts(puts: &[(Vec<u8>, &[u8])]) -> Vec<u8> {
+    let mut out = (puts.len() as u32).to_be_bytes().to_vec();
+    for (k, v) in puts {
+        out.extend((k.len() as u32).to_be_bytes());
+        out.extend(k);
+        out.push(1);
+        out.extend((v.len() as u32).to_be_bytes());
+        out.extend(*v);
+    }
+    out
+}
+
+/// Recovery's rule on records written by hand: a transaction whose prepare
+/// records name a participant without one is aborted, one with all of them
+/// is committed; the earlier protocol's records (`prep/` without the
+/// participant list, then `decision/`) commit only with their decision.
+#[test]
+fn recovery_commits_exactly_the_fully_prepared_transactions() {
+    use spindle_storage::Batch;
+    let dir = tempfile::tempdir().unwrap();
+    let (m, c) = setup(dir.path());
+    let base = m.store().visible_ts();
+    let prepared = |participants: &[u64], puts: &[(Vec<u8>, &[u8])]| {
+        let mut v = (participants.len() as u32).to_be_bytes().to_vec();
+        for p in participants {
+            v.extend(p.to_be_bytes());
+        }
+        v.extend(encode_puts(puts));
+        v
+    };
+    let name = |kind: &str, ts: u64, split: u64| format!("{kind}/{ts:020}/{split:020}");
+    let mut b = Batch::default();
+    // ts+1: participants 7 and 9, both prepared → committed.
+    b.put_meta(
+        &name("prepared", base + 1, 7),
+        prepared(&[7, 9], &[(account_key(&c, 1), b"61")]),
+    );
+    b.put_meta(
+        &name("prepared", base + 1, 9),
+        prepared(&[7, 9], &[(account_key(&c, 2), b"62")]),
+    );
+    // ts+2: participants 7, 8 and 9, 8 missing → aborted.
+    b.put_meta(
+        &name("prepared", base + 2, 7),
+        prepared(&[7, 8, 9], &[(account_key(&c, 3), b"63")]),
+    );
+    b.put_meta(
+        &name("prepared", base + 2, 9),
+        prepared(&[7, 8, 9], &[(account_key(&c, 4), b"64")]),
+    );
+    // ts+3: the earlier protocol with its decision → committed.
+    b.put_meta(
+        &name("prep", base + 3, 7),
+        encode_puts(&[(account_key(&c, 5), b"65")]),
+    );
+    b.put_meta(&format!("decision/{:020}", base + 3), vec![]);
+    // ts+4: the earlier protocol without a decision → aborted.
+    b.put_meta(
+        &name("prep", base + 4, 7),
+        encode_puts(&[(account_key(&c, 6), b"66")]),
+    );
+    m.store().apply(b).unwrap();
+    drop(m);
+
+    let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+    let got: Vec<i64> = (1..=6).map(|id| balance(&m, &c, id)).collect();
+    assert_eq!(got, vec![61, 62, 100, 100, 65, 100]);
+    assert!(m.store().visible_ts() >= base + 3);
+    for kind in ["prepared/", "prep/", "decision/"] {
+        assert!(m.store().meta_scan(kind).unwrap().is_empty(), "{kind}");
+    }
 }
