@@ -135,6 +135,9 @@ fn parse_ts(name: &str, prefix: &str) -> Option<Timestamp> {
     name.strip_prefix(prefix)?.split('/').next()?.parse().ok()
 }
 
+/// A prepare record read back: its name, participants and writes.
+type PrepareRecord = (String, Vec<u64>, Vec<Write>);
+
 /// Resolves every in-doubt transaction; returns the highest timestamp it
 /// committed, if any.
 pub(crate) fn recover(store: &Store) -> Result<Option<Timestamp>> {
@@ -142,8 +145,7 @@ pub(crate) fn recover(store: &Store) -> Result<Option<Timestamp>> {
     let mut committed = None;
     let mut last = store.visible_ts();
     // Prepare records by transaction: (name, participants, writes).
-    let mut txns: std::collections::BTreeMap<Timestamp, Vec<(String, Vec<u64>, Vec<Write>)>> =
-        Default::default();
+    let mut txns: std::collections::BTreeMap<Timestamp, Vec<PrepareRecord>> = Default::default();
     for (name, bytes) in store.meta_scan("prepared/")? {
         let ts = parse_ts(&name, "prepared/").ok_or_else(|| bad(&name))?;
         let (participants, writes) = decode_prepared(&bytes).ok_or_else(|| bad(&name))?;
