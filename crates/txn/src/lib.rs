@@ -537,8 +537,8 @@ impl TxnManager {
     /// Commits `groups` (writes per split id) with two-phase commit; see
     /// [`twopc`]. One flush, after every participant prepared: that is the
     /// commit point (recovery finishes the commit from the prepare
-    /// records), so the applies and the finish need no flush of their own.
-    /// With group commit the flush is shared with other commits.
+    /// records), so the apply needs no flush of its own. With group commit
+    /// the flush is shared with other commits.
     fn two_phase_commit(&self, ts: Timestamp, groups: &[(u64, Vec<Write>)]) -> Result<()> {
         let participants: Vec<u64> = groups.iter().map(|(id, _)| *id).collect();
         let prepared = (|| {
@@ -570,14 +570,9 @@ impl TxnManager {
         }
         let finished = (|| {
             self.check_crash(CrashPoint::Committed)?;
-            for (n, (_, ws)) in groups.iter().enumerate() {
-                let mut b = Batch::default();
-                b.versions(ts, ws);
-                self.store.apply_unsynced(b)?;
-                self.check_crash(CrashPoint::AfterApply(n + 1))?;
-            }
             let mut b = Batch::default();
-            for (id, _) in groups {
+            for (id, ws) in groups {
+                b.versions(ts, ws);
                 b.delete_meta(&twopc::prepared_name(ts, *id));
             }
             self.apply_final(b, ts)

@@ -1,30 +1,30 @@
 //! Two-phase commit across splits, and its recovery.
 //!
-//! A transaction whose writes fall in more than one split commits in three
-//! steps, each participant's step an atomic `apply_batch`:
+//! A transaction whose writes fall in more than one split commits in two
+//! steps of atomic `apply_batch`es:
 //!
 //! ```text
 //!  1. prepare   for each participant split p:  meta prepared/<ts>/<p> = [participants] + p's writes
 //!               flush          ← the commit point: every participant is prepared
-//!  2. apply     for each participant split p:  versions of p's writes at ts
-//!  3. finish    delete every prepared/<ts>/*, last_commit_ts = max(stored, ts)
+//!  2. apply     one batch: versions of every participant's writes at ts,
+//!               delete every prepared/<ts>/*, last_commit_ts = max(stored, ts)
 //! ```
 //!
 //! The decision is implicit (as in CockroachDB's parallel commits): a
 //! transaction is committed exactly when every participant named in its
 //! prepare records has its prepare record durable. So the coordinator
-//! writes no decision record and the commit costs one flush, not two (one
-//! `fdatasync` less per cross-split commit: half of a TPC-B transaction's
-//! durable-commit time here). Steps 2 and 3 need no flush: once the
-//! prepares are durable, recovery finishes the commit. Step 3 removes all
-//! of a transaction's prepare records in one batch, so a set of records
-//! found after a crash is either complete (committed; its versions may be
-//! partly applied, and applying a version again is idempotent) or was
-//! never complete (no version was applied: applies start after the
-//! flush). The flush is shared with concurrent commits (group commit), and
-//! several two-phase commits may be in doubt at once: they run outside
+//! writes no decision record and the commit costs one flush, not two.
+//! Step 2 needs no flush: once the prepares are durable, recovery finishes
+//! the commit. Step 2 applies every version and removes all of the
+//! transaction's prepare records in one batch (each sled batch is a log
+//! buffer of its own, written and synced separately, so one apply batch
+//! rather than one per participant shortens the next flush), so a set of
+//! records found after a crash is either complete (committed, nothing
+//! applied yet) or was never complete (nothing applied: the apply starts
+//! after the flush). The flush is shared with concurrent commits (group
+//! commit), and several two-phase commits may be in doubt at once: they run outside
 //! the commit lock. Readers only see timestamps up to the store's visible
-//! timestamp, which passes `ts` only after step 3 (see the crate docs'
+//! timestamp, which passes `ts` only after step 2 (see the crate docs'
 //! commit pipeline), so no reader ever sees part of a transaction; they
 //! never wait either.
 //!
@@ -35,8 +35,7 @@
 //! |--------------------------|------------------------------------|--------------------|
 //! | nothing / some prepares  | prepare records of some participants | delete them: abort |
 //! | all prepares             | every participant's prepare record | apply all: commit  |
-//! | some applies             | the same (versions partly applied) | apply all: commit  |
-//! | the finish               | nothing                            | nothing            |
+//! | the apply                | nothing                            | nothing            |
 //!
 //! Stores written by the earlier protocol (`prep/<ts>/<p>` records without
 //! the participant list, and a `decision/<ts>` record written and flushed
@@ -56,8 +55,6 @@ pub enum CrashPoint {
     AfterPrepare(usize),
     /// After every prepare record is durable: the commit point.
     Committed,
-    /// After the first `n` participants applied.
-    AfterApply(usize),
 }
 
 pub(crate) fn prepared_name(ts: Timestamp, split: u64) -> String {

@@ -160,8 +160,6 @@ fn crash_at_every_step_of_two_phase_commit_is_all_or_nothing() {
         // written, so they are durable, and that is the commit point.
         (CrashPoint::AfterPrepare(2), true),
         (CrashPoint::Committed, true),
-        (CrashPoint::AfterApply(1), true),
-        (CrashPoint::AfterApply(2), true),
     ];
     for (point, committed) in points {
         let dir = tempfile::tempdir().unwrap();
