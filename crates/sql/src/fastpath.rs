@@ -571,7 +571,7 @@ pub(crate) fn run_select(
             else {
                 return Ok(None);
             };
-            crate::blocking(|| scan_rows(ctx, &chain, table, &start, end.as_deref()))?
+            scan_rows(ctx, &chain, table, &start, end.as_deref())?
         }
     };
     let batches = if rows.is_empty() {
@@ -594,6 +594,12 @@ pub(crate) fn run_select(
     }))
 }
 
+/// Entries a fast-path scan reads on the calling thread before it moves
+/// the rest of the scan to [`crate::blocking`]: a short range (a row
+/// tree's children, a few keys) costs microseconds, less than the
+/// hand-off of a tokio worker `block_in_place` makes.
+const INLINE_SCAN_ENTRIES: usize = 256;
+
 /// The rows of `table` in `[start, end)`, in key order, jumping over the
 /// descendants of each row (as the general scan does).
 fn scan_rows(
@@ -607,22 +613,33 @@ fn scan_rows(
     let mut iter = txn.scan(start, end);
     let mut rows = Vec::new();
     let mut last: Vec<u8> = Vec::new();
-    while let Some(item) = iter.next() {
-        let (key, value) = item?;
-        match Catalog::decode_key(chain, &key)? {
-            Some(kv) => {
-                rows.push(crate::dml::stored_row(table, &kv, &value)?);
-                last.clear();
-                last.extend_from_slice(&key);
-            }
-            None if !last.is_empty() && key.starts_with(&last) => {
-                match spindle_keys::key::prefix_end(&last) {
-                    Some(e) => iter.seek(&e),
-                    None => break,
+    let mut step = |budget: Option<usize>| -> Result<bool> {
+        let mut n = 0usize;
+        while let Some(item) = iter.next() {
+            let (key, value) = item?;
+            match Catalog::decode_key(chain, &key)? {
+                Some(kv) => {
+                    rows.push(crate::dml::stored_row(table, &kv, &value)?);
+                    last.clear();
+                    last.extend_from_slice(&key);
                 }
+                None if !last.is_empty() && key.starts_with(&last) => {
+                    match spindle_keys::key::prefix_end(&last) {
+                        Some(e) => iter.seek(&e),
+                        None => return Ok(true),
+                    }
+                }
+                None => {}
             }
-            None => {}
+            n += 1;
+            if budget.is_some_and(|b| n >= b) {
+                return Ok(false);
+            }
         }
+        Ok(true)
+    };
+    if !step(Some(INLINE_SCAN_ENTRIES))? {
+        crate::blocking(|| step(None))?;
     }
     Ok(rows)
 }
