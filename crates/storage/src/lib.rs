@@ -364,7 +364,8 @@ impl Store {
             end,
             inner,
             ts,
-            last: None,
+            last: Vec::new(),
+            has_last: false,
         }
     }
 
@@ -606,8 +607,10 @@ pub struct ScanIter {
     end: Vec<u8>,
     inner: Option<sled::Iter>,
     ts: Timestamp,
-    /// The logical key whose visible version was already decided.
-    last: Option<Vec<u8>>,
+    /// The logical key whose visible version was already decided (when
+    /// `has_last`; the buffer is reused, one allocation less per entry).
+    last: Vec<u8>,
+    has_last: bool,
 }
 
 impl ScanIter {
@@ -616,7 +619,7 @@ impl ScanIter {
     /// caller does not need, such as the children of a parent row, without
     /// reading it.
     pub fn seek(&mut self, key: &[u8]) {
-        self.last = None;
+        self.has_last = false;
         self.inner = if key < self.end.as_slice() {
             Some(self.db.range(key.to_vec()..self.end.clone()))
         } else {
@@ -639,10 +642,12 @@ impl Iterator for ScanIter {
                 Ok(e) => e,
                 Err(e) => return Some(Err(e)),
             };
-            if e.ts > self.ts || self.last.as_deref() == Some(e.key) {
+            if e.ts > self.ts || (self.has_last && self.last.as_slice() == e.key) {
                 continue;
             }
-            self.last = Some(e.key.to_vec());
+            self.last.clear();
+            self.last.extend_from_slice(e.key);
+            self.has_last = true;
             if let Some(value) = e.payload {
                 return Some(Ok((e.key.to_vec(), value.to_vec())));
             }
