@@ -1361,12 +1361,9 @@ impl Handler {
                 Response::Execution(tag)
                 | Response::TransactionStart(tag)
                 | Response::TransactionEnd(tag) => Some(tag),
-                Response::Error(e) => {
-                    client
-                        .feed(PgWireBackendMessage::ErrorResponse((*e).into()))
-                        .await?;
-                    return Ok(());
-                }
+                // As an error of the statement: the session fails and the
+                // rest of the batch is skipped until Sync.
+                Response::Error(e) => return Err(PgWireError::UserError(e)),
                 Response::CopyIn(_) | Response::CopyOut(_) | Response::CopyBoth(_) => {
                     return Err(PgWireError::ApiError(
                         "COPY is started before the portal runs".into(),

@@ -22,20 +22,20 @@
 //! records found after a crash is either complete (committed, nothing
 //! applied yet) or was never complete (nothing applied: the apply starts
 //! after the flush). The flush is shared with concurrent commits (group
-//! commit), and several two-phase commits may be in doubt at once: they run outside
-//! the commit lock. Readers only see timestamps up to the store's visible
-//! timestamp, which passes `ts` only after step 2 (see the crate docs'
-//! commit pipeline), so no reader ever sees part of a transaction; they
-//! never wait either.
+//! commit), and several two-phase commits may be in doubt at once: they
+//! run outside the commit lock. Readers only see timestamps up to the
+//! store's visible timestamp, which passes `ts` only after step 2 (see the
+//! crate docs' commit pipeline), so no reader ever sees part of a
+//! transaction; they never wait either.
 //!
 //! Recovery ([`recover`], run when the database opens) finishes whatever a
 //! crash interrupted:
 //!
-//! | crash after              | on disk                            | recovery           |
-//! |--------------------------|------------------------------------|--------------------|
-//! | nothing / some prepares  | prepare records of some participants | delete them: abort |
-//! | all prepares             | every participant's prepare record | apply all: commit  |
-//! | the apply                | nothing                            | nothing            |
+//! | crash after             | on disk                               | recovery           |
+//! |-------------------------|---------------------------------------|--------------------|
+//! | nothing / some prepares | prepare records of some participants  | delete them: abort |
+//! | all prepares            | every participant's prepare record    | apply all: commit  |
+//! | the apply               | nothing                               | nothing            |
 //!
 //! Stores written by the earlier protocol (`prep/<ts>/<p>` records without
 //! the participant list, and a `decision/<ts>` record written and flushed
@@ -159,7 +159,10 @@ pub(crate) fn recover(store: &Store) -> Result<Option<Timestamp>> {
             batch.delete_meta(name);
         }
         present.sort_unstable();
-        let mut named = records[0].1.clone();
+        let Some((_, first, _)) = records.first() else {
+            continue;
+        };
+        let mut named = first.clone();
         named.sort_unstable();
         let complete = present == named
             && records.iter().all(|(_, p, _)| {
