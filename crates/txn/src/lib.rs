@@ -667,10 +667,15 @@ impl TxnManager {
             let big = bytes > threshold
                 && (!oversized || recounted.is_none_or(|(_, was)| bytes >= was + was / 4));
             // Sizes only grow between recounts; deletes make them stale, so
-            // recount once a good share of the split may be gone. (Not on
-            // every delete in a small split: the recount scans the split
-            // under the commit lock, which made each DELETE cost a scan.)
-            let shrunk = deletes > 0 && (deletes * 2 >= rows || deletes >= 1024);
+            // recount once a good share of the split may be gone: half of a
+            // small split, an eighth of a large one. (Not on every delete in
+            // a small split: the recount scans the split under the commit
+            // lock, which made each DELETE cost a scan. Nor every 1 024
+            // deletes in a large one: that was a scan of ~60 000 entries,
+            // 100–300 ms, every ~40 row-tree deletes of the benchmark — its
+            // p99. Proportional, it costs a few entries per delete.)
+            let shrunk =
+                deletes > 0 && (deletes * 2 >= rows || (deletes >= 1024 && deletes * 8 >= rows));
             let recount = big || load || shrunk;
             if !recount {
                 continue;
