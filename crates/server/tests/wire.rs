@@ -543,6 +543,18 @@ impl Raw {
         }
     }
 
+    /// The tags of the messages up to and including ReadyForQuery.
+    async fn tags_until_ready(&mut self) -> Vec<u8> {
+        let mut tags = Vec::new();
+        while let Some((tag, _)) = self.next().await {
+            tags.push(tag);
+            if tag == b'Z' {
+                break;
+            }
+        }
+        tags
+    }
+
     /// Messages up to ReadyForQuery; returns the SQLSTATEs of errors seen.
     async fn until_ready(&mut self) -> Vec<String> {
         let mut codes = Vec::new();
@@ -1057,13 +1069,7 @@ async fn replies_wait_for_sync_or_flush() {
     raw.send(b'D', &d).await;
     raw.send(b'E', &[0, 0, 0, 0, 0]).await;
     raw.send(b'S', &[]).await;
-    let mut tags = Vec::new();
-    while let Some((tag, _)) = raw.next().await {
-        tags.push(tag);
-        if tag == b'Z' {
-            break;
-        }
-    }
+    let tags = raw.tags_until_ready().await;
     // BindComplete, RowDescription, CommandComplete (no rows), ReadyForQuery.
     assert_eq!(tags, vec![b'2', b'T', b'C', b'Z']);
 
@@ -1101,13 +1107,7 @@ async fn replies_wait_for_sync_or_flush() {
     raw.send(b'E', &ex).await;
     raw.send(b'E', &ex).await;
     raw.send(b'S', &[]).await;
-    let mut tags = Vec::new();
-    while let Some((tag, _)) = raw.next().await {
-        tags.push(tag);
-        if tag == b'Z' {
-            break;
-        }
-    }
+    let tags = raw.tags_until_ready().await;
     // The second row and the end of the portal (no rows, then
     // CommandComplete), then ReadyForQuery.
     assert_eq!(tags, vec![b'D', b's', b'C', b'Z']);
