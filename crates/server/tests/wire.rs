@@ -543,6 +543,17 @@ impl Raw {
         }
     }
 
+    /// Nothing arrives for 300 ms (replies held until Flush or Sync).
+    async fn assert_silent(&mut self, what: &str) {
+        let mut chunk = [0u8; 64];
+        let early = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            self.s.read(&mut chunk),
+        )
+        .await;
+        assert!(early.is_err(), "{what}");
+    }
+
     /// The tags of the messages up to and including ReadyForQuery.
     async fn tags_until_ready(&mut self) -> Vec<u8> {
         let mut tags = Vec::new();
@@ -1040,13 +1051,7 @@ async fn replies_wait_for_sync_or_flush() {
     d.extend(cstr("sel"));
     raw.send(b'D', &d).await;
     // Nothing is sent before a Flush or Sync.
-    let mut chunk = [0u8; 64];
-    let early = tokio::time::timeout(
-        std::time::Duration::from_millis(300),
-        raw.s.read(&mut chunk),
-    )
-    .await;
-    assert!(early.is_err(), "the server replied before Flush");
+    raw.assert_silent("the server replied before Flush").await;
     raw.send(b'H', &[]).await;
     let tags: Vec<u8> = [
         raw.next().await.unwrap().0,
@@ -1090,12 +1095,8 @@ async fn replies_wait_for_sync_or_flush() {
     let mut ex = cstr("p");
     ex.extend([0, 0, 0, 1]); // one row at a time
     raw.send(b'E', &ex).await;
-    let early = tokio::time::timeout(
-        std::time::Duration::from_millis(300),
-        raw.s.read(&mut chunk),
-    )
-    .await;
-    assert!(early.is_err(), "the server replied to Execute before Flush");
+    raw.assert_silent("the server replied to Execute before Flush")
+        .await;
     raw.send(b'H', &[]).await;
     let mut got = Vec::new();
     for _ in 0..7 {
