@@ -68,9 +68,13 @@ impl Error {
         }
     }
 
-    /// Whether retrying the transaction may succeed (SQLSTATE 40001).
+    /// Whether retrying the transaction may succeed (SQLSTATE 40001, a
+    /// serialization failure, or 40P01, a deadlock).
     pub fn is_retryable(&self) -> bool {
-        self.sqlstate() == "40001"
+        match &self.inner {
+            ErrorKind::Sql(e) => e.is_retryable(),
+            _ => false,
+        }
     }
 
     /// The SQL layer's error, for callers that need the detail.

@@ -40,13 +40,20 @@ fn lost_update_is_prevented() {
         &[Value::Int64(na + 1)],
     )
     .unwrap();
-    b.execute(
-        "UPDATE counters SET n = $1 WHERE id = 1",
-        &[Value::Int64(nb + 1)],
-    )
-    .unwrap();
+    // b's UPDATE waits for a's row lock; once a commits, b cannot move
+    // past a (it read the row a changed): the statement fails with 40001.
+    let b = std::thread::spawn(move || {
+        let r = b.execute(
+            "UPDATE counters SET n = $1 WHERE id = 1",
+            &[Value::Int64(nb + 1)],
+        );
+        (b, r.err().map(|e| e.sqlstate().to_string()))
+    });
+    std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(commit_err(&mut a), None);
-    assert_eq!(commit_err(&mut b).as_deref(), Some("40001"));
+    let (mut b, err) = b.join().unwrap();
+    assert_eq!(err.as_deref(), Some("40001"));
+    b.run("ROLLBACK").unwrap();
     assert_eq!(
         one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
         1
@@ -399,4 +406,155 @@ fn concurrent_autocommit_increments_are_retried_not_lost() {
     );
     // Every statement ran by its plan (a conflicted attempt counts too).
     assert!(db.engine().fast_path_count() - before >= (THREADS * EACH) as u64);
+}
+
+/// Runs `sql` on `s` in another thread: the session back, and the
+/// statement's SQLSTATE if it failed.
+fn spawn_run(
+    mut s: spindle::Session,
+    sql: &'static str,
+) -> std::thread::JoinHandle<(spindle::Session, Option<String>)> {
+    std::thread::spawn(move || {
+        let r = s.run(sql);
+        (s, r.err().map(|e| e.sqlstate().to_string()))
+    })
+}
+
+fn counters(db: &Database, rows: i64) {
+    db.execute(
+        "CREATE TABLE counters (id INT64 NOT NULL, n INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    for id in 1..=rows {
+        db.execute("INSERT INTO counters VALUES ($1, 0)", &[Value::Int64(id)])
+            .unwrap();
+    }
+}
+
+const WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+#[test]
+fn a_second_update_of_a_row_waits_for_the_first_and_sees_its_value() {
+    let db = Database::open_in_memory().unwrap();
+    counters(&db, 2);
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    b.run("BEGIN").unwrap();
+    a.run("UPDATE counters SET n = n + 1 WHERE id = 1").unwrap();
+    // b read another row first: its snapshot predates a's commit.
+    assert_eq!(one_i64(&mut b, "SELECT n FROM counters WHERE id = 2"), 0);
+    let waiting = spawn_run(b, "UPDATE counters SET n = n + 10 WHERE id = 1");
+    std::thread::sleep(WAIT);
+    assert!(!waiting.is_finished(), "b must wait for a's row lock");
+    assert_eq!(commit_err(&mut a), None);
+    let (mut b, err) = waiting.join().unwrap();
+    assert_eq!(err, None, "b continues from a's value instead of aborting");
+    assert_eq!(one_i64(&mut b, "SELECT n FROM counters WHERE id = 1"), 11);
+    assert_eq!(commit_err(&mut b), None);
+    assert_eq!(
+        one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
+        11
+    );
+}
+
+#[test]
+fn crossed_updates_end_in_a_deadlock_error_for_one_side() {
+    let db = Database::open_in_memory().unwrap();
+    counters(&db, 2);
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    b.run("BEGIN").unwrap();
+    a.run("UPDATE counters SET n = n + 1 WHERE id = 1").unwrap();
+    b.run("UPDATE counters SET n = n + 1 WHERE id = 2").unwrap();
+    let waiting = spawn_run(a, "UPDATE counters SET n = n + 1 WHERE id = 2");
+    std::thread::sleep(WAIT);
+    assert!(!waiting.is_finished());
+    let err = b.run("DELETE FROM counters WHERE id = 1").unwrap_err();
+    assert_eq!(err.sqlstate(), "40P01");
+    assert!(err.is_retryable());
+    b.run("ROLLBACK").unwrap();
+    let (mut a, err) = waiting.join().unwrap();
+    assert_eq!(err, None);
+    assert_eq!(commit_err(&mut a), None);
+    let mut s = db.session();
+    assert_eq!(one_i64(&mut s, "SELECT sum(n) FROM counters"), 2);
+    assert_eq!(one_i64(&mut s, "SELECT count(*) FROM counters"), 2);
+}
+
+#[test]
+fn lock_timeout_bounds_the_wait_for_a_row_lock() {
+    let db = Database::open_in_memory().unwrap();
+    counters(&db, 1);
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    a.run("UPDATE counters SET n = 5 WHERE id = 1").unwrap();
+    b.run("SET lock_timeout = '50ms'").unwrap();
+    for sql in [
+        "UPDATE counters SET n = n + 1 WHERE id = 1",
+        "DELETE FROM counters WHERE id = 1",
+    ] {
+        let started = std::time::Instant::now();
+        let err = b.run(sql).unwrap_err();
+        assert_eq!(err.sqlstate(), "55P03", "{sql}");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+    }
+    // Set inside a transaction block, it applies to its next statements.
+    b.run("SET lock_timeout = 0").unwrap();
+    b.run("BEGIN").unwrap();
+    b.run("SET lock_timeout = '20ms'").unwrap();
+    let err = b.run("UPDATE counters SET n = 7 WHERE id = 1").unwrap_err();
+    assert_eq!(err.sqlstate(), "55P03");
+    b.run("ROLLBACK").unwrap();
+    assert_eq!(commit_err(&mut a), None);
+    b.run("UPDATE counters SET n = n + 1 WHERE id = 1").unwrap();
+    assert_eq!(one_i64(&mut b, "SELECT n FROM counters WHERE id = 1"), 6);
+}
+
+#[test]
+fn a_hot_row_updated_by_many_transactions_never_aborts() {
+    // TPC-B's shape: every transaction updates one shared row and inserts
+    // a row of its own. Without row locks most of them failed with 40001;
+    // with them each waits its turn and refreshes, so none may fail.
+    const THREADS: i64 = 6;
+    const EACH: i64 = 25;
+    let db = Database::open_in_memory().unwrap();
+    counters(&db, 1);
+    db.execute(
+        "CREATE TABLE history (id INT64 NOT NULL, delta INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let mut s = db.session();
+                for i in 0..EACH {
+                    s.run("BEGIN").unwrap();
+                    s.execute(
+                        "UPDATE counters SET n = n + $1 WHERE id = 1",
+                        &[Value::Int64(t + 1)],
+                    )
+                    .unwrap();
+                    s.execute(
+                        "INSERT INTO history VALUES ($1, $2)",
+                        &[Value::Int64(t * 1000 + i), Value::Int64(t + 1)],
+                    )
+                    .unwrap();
+                    assert_eq!(commit_err(&mut s), None);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut s = db.session();
+    let total: i64 = (1..=THREADS).sum::<i64>() * EACH;
+    assert_eq!(
+        one_i64(&mut s, "SELECT n FROM counters WHERE id = 1"),
+        total
+    );
+    assert_eq!(one_i64(&mut s, "SELECT sum(delta) FROM history"), total);
 }

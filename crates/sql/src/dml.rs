@@ -1164,6 +1164,7 @@ impl PointUpdate {
         let Ok(key) = catalog.encode_key(&table.name, &kv) else {
             return Ok(None);
         };
+        lock_row(ctx, &key)?;
         let stored = ctx.lock()?.get(&key).map_err(Error::from)?;
         let Some(stored) = stored else {
             return Ok(Some(Vec::new()));
@@ -1179,6 +1180,20 @@ impl PointUpdate {
         row.extend(new);
         Ok(Some(vec![row]))
     }
+}
+
+/// Takes the write lock on the row `key` before an UPDATE or DELETE by
+/// primary key reads it ([`spindle_txn::Transaction::lock_key`]): a
+/// concurrent writer of the row is waited for, off the async runtime,
+/// instead of being conflicted with at commit.
+fn lock_row(ctx: &StatementContext, key: &[u8]) -> Result<()> {
+    if ctx.lock()?.lock_key(key, false)? {
+        return Ok(());
+    }
+    crate::blocking(|| {
+        ctx.lock()?.lock_key(key, true)?;
+        Ok(())
+    })
 }
 
 /// A planned UPDATE by full primary key, kept with its statement
@@ -1265,7 +1280,8 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
                 crate::fastpath::match_key(&table, &quals, d.selection.as_ref())
             }),
     };
-    if point.is_some() {
+    let by_key = point.is_some();
+    if by_key {
         ctx.engine.count_fast_path();
     }
     let rows = match point {
@@ -1288,18 +1304,20 @@ pub(crate) async fn delete(ctx: &StatementContext, d: ast::Delete) -> Result<u64
         }
     };
     let plan = CascadePlan::new(&catalog, &table)?;
-    delete_rows(ctx, &catalog, &table, &plan, rows)
+    delete_rows(ctx, &catalog, &table, &plan, rows, by_key)
 }
 
 /// Deletes the row trees of `table` rows with these key values (each
 /// once; a row an earlier cascade removed is not counted). Returns the
-/// count.
+/// count. `by_key`: the statement named the row by its primary key, so
+/// the row's write lock is taken before it is read ([`lock_row`]).
 fn delete_rows(
     ctx: &StatementContext,
     catalog: &Catalog,
     table: &Table,
     plan: &CascadePlan,
     rows: Vec<Vec<Value>>,
+    by_key: bool,
 ) -> Result<u64> {
     let mut seen = HashSet::new();
     let mut count = 0;
@@ -1310,6 +1328,9 @@ fn delete_rows(
         }
         let deleted = crate::blocking(|| -> Result<bool> {
             let mut txn = ctx.lock()?;
+            if by_key {
+                txn.lock_key(&key, true)?;
+            }
             if txn.get(&key)?.is_none() {
                 return Ok(false); // already removed by an earlier cascade in this statement
             }
@@ -1376,7 +1397,7 @@ pub(crate) fn run_delete(
         Some(KeyRange::Nothing) => Vec::new(),
         Some(KeyRange::Scan { eq, .. }) => vec![eq],
     };
-    delete_rows(ctx, catalog, &plan.table, &plan.cascade, rows).map(Some)
+    delete_rows(ctx, catalog, &plan.table, &plan.cascade, rows, true).map(Some)
 }
 
 /// Which tables a delete of a `table` row removes, which block it, and

@@ -1,9 +1,10 @@
 //! Errors of the SQL layer, and the one place that maps every error of
 //! every layer to a PostgreSQL SQLSTATE ([`Error::sqlstate`]).
 //!
-//! Classes: retryable (40001), the caller's invalid input (22xxx data,
-//! 23xxx constraint, 42xxx syntax/name, 54000 limits, 25xxx transaction
-//! state, 55000 object state, 0A000 unsupported) and internal (XX000).
+//! Classes: retryable (40001 serialization failure, 40P01 deadlock), the
+//! caller's invalid input (22xxx data, 23xxx constraint, 42xxx syntax/name,
+//! 54000 limits, 25xxx transaction state, 55xxx object state — 55P03 a
+//! lock wait past `lock_timeout` — 0A000 unsupported) and internal (XX000).
 
 use datafusion::error::DataFusionError;
 
@@ -118,6 +119,8 @@ impl Error {
                 spindle_keys::Error::NotKeyable(_) => "42804",
                 spindle_keys::Error::KeyTooLarge(_) => "54000",
             },
+            Error::Txn(spindle_txn::Error::Deadlock) => "40P01",
+            Error::Txn(spindle_txn::Error::LockTimeout) => "55P03",
             Error::Txn(t) if t.is_retryable() => "40001",
             Error::Txn(spindle_txn::Error::StaleRead(_)) => "72000",
             Error::Txn(spindle_txn::Error::PendingCommitTimestamp) => "55000",
@@ -150,7 +153,7 @@ impl Error {
 
     /// Whether retrying the transaction may succeed.
     pub fn is_retryable(&self) -> bool {
-        self.sqlstate() == "40001"
+        matches!(self.sqlstate(), "40001" | "40P01")
     }
 }
 

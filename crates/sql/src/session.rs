@@ -823,7 +823,9 @@ impl Session {
         {
             return Ok(Fast::Declined);
         }
-        let txn = Arc::new(Mutex::new(self.engine.mgr.begin()?));
+        let mut txn = self.engine.mgr.begin()?;
+        txn.set_lock_timeout(self.settings.lock_timeout());
+        let txn = Arc::new(Mutex::new(txn));
         let ctx = StatementContext {
             engine: self.engine.clone(),
             txn: txn.clone(),
@@ -851,10 +853,11 @@ impl Session {
         match stmt {
             Statement::Begin { read_only } => {
                 if self.txn.is_none() {
-                    let txn = match self.stale_read_ts()? {
+                    let mut txn = match self.stale_read_ts()? {
                         Some(ts) if read_only => self.engine.mgr.begin_at(ts)?,
                         _ => self.engine.mgr.begin()?,
                     };
+                    txn.set_lock_timeout(self.settings.lock_timeout());
                     self.txn = Some(Arc::new(Mutex::new(txn)));
                     self.failed = false;
                     self.read_only = read_only || self.default_read_only;
@@ -927,7 +930,14 @@ impl Session {
                     _ => {}
                 }
                 let tag = Statement::Setting(setting.clone()).tag();
-                match self.settings.apply(&setting)? {
+                let applied = self.settings.apply(&setting)?;
+                if let Some(txn) = &self.txn {
+                    let timeout = self.settings.lock_timeout();
+                    txn.lock()
+                        .map_err(|_| Error::Internal("transaction lock poisoned".into()))?
+                        .set_lock_timeout(timeout);
+                }
+                match applied {
                     None => Ok(Output::command(tag)),
                     Some((columns, rows)) => crate::describe::string_rows(&columns, rows),
                 }
@@ -1001,10 +1011,11 @@ impl Session {
         loop {
             attempt += 1;
             let stale = if query { self.stale_read_ts()? } else { None };
-            let txn = match stale {
+            let mut txn = match stale {
                 Some(ts) => self.engine.mgr.begin_at(ts)?,
                 None => self.engine.mgr.begin()?,
             };
+            txn.set_lock_timeout(self.settings.lock_timeout());
             let txn = Arc::new(Mutex::new(txn));
             let ctx = StatementContext {
                 engine: self.engine.clone(),

@@ -217,10 +217,29 @@ impl Settings {
                 // strong as any level asked for.
                 "serializable".to_string()
             }
+            "lock_timeout" => {
+                let ms = parse_millis(value).ok_or_else(|| {
+                    Error::InvalidParameterValue(format!(
+                        "invalid value for parameter \"lock_timeout\": \"{value}\""
+                    ))
+                })?;
+                format_millis(ms)
+            }
             _ => value.to_string(),
         };
         self.values.insert(name, value);
         Ok(())
+    }
+
+    /// The longest wait for a row lock (`lock_timeout`; `None` when 0,
+    /// PostgreSQL's "no limit").
+    pub fn lock_timeout(&self) -> Option<std::time::Duration> {
+        let ms = self
+            .values
+            .get("lock_timeout")
+            .and_then(|v| parse_millis(v))
+            .unwrap_or(0);
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
     }
 
     /// Parameters whose changes are reported to the client, with their
@@ -278,6 +297,41 @@ impl Settings {
                 self.all().into_iter().map(|(n, v)| vec![n, v]).collect(),
             ))),
         }
+    }
+}
+
+/// A time parameter in milliseconds, as PostgreSQL reads one: a bare
+/// number is milliseconds; `us`, `ms`, `s`, `min`, `h` and `d` are units.
+fn parse_millis(value: &str) -> Option<u64> {
+    let v = value.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let n: f64 = number.parse().ok()?;
+    let scale = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1_000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    let ms = (n * scale).round();
+    // PostgreSQL's limit for time parameters: INT_MAX milliseconds.
+    (ms.is_finite() && (0.0..=i32::MAX as f64).contains(&ms)).then_some(ms as u64)
+}
+
+/// Milliseconds in PostgreSQL's display of a time parameter (`5s`, `250ms`).
+fn format_millis(ms: u64) -> String {
+    match ms {
+        0 => "0".to_string(),
+        ms if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}min", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
     }
 }
 
@@ -470,6 +524,28 @@ mod tests {
         let dialect = PostgreSqlDialect {};
         let mut p = Parser::new(&dialect).try_with_sql(sql).unwrap();
         parse(&mut p)
+    }
+
+    #[test]
+    fn lock_timeout_reads_postgres_time_units() {
+        let mut s = Settings::default();
+        assert_eq!(s.lock_timeout(), None);
+        for (input, shown, ms) in [
+            ("250", "250ms", 250),
+            ("2s", "2s", 2_000),
+            ("1.5s", "1500ms", 1_500),
+            ("3 min", "3min", 180_000),
+            ("0", "0", 0),
+        ] {
+            s.set("lock_timeout", Some(input)).unwrap();
+            assert_eq!(s.get("lock_timeout").unwrap(), shown, "{input}");
+            let expected = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+            assert_eq!(s.lock_timeout(), expected, "{input}");
+        }
+        for bad in ["soon", "5 parsecs", "-1", "99999999999"] {
+            let e = s.set("lock_timeout", Some(bad)).unwrap_err();
+            assert_eq!(e.sqlstate(), "22023", "{bad}");
+        }
     }
 
     #[test]

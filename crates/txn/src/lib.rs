@@ -66,9 +66,15 @@
 //! commit point, so T is equivalent to running alone at its commit
 //! timestamp: serializable (no lost update, write skew, phantom — scans
 //! record whole ranges — or read skew). Otherwise T aborts with
-//! [`Error::Conflict`] (SQLSTATE 40001) and is retried by its caller. No
-//! transaction ever waits for another, so there are no deadlocks.
+//! [`Error::Conflict`] (SQLSTATE 40001) and is retried by its caller.
 //! Read-only transactions skip validation and always commit.
+//!
+//! Updates and deletes by primary key first take the row's write lock
+//! ([`locks`]): a second writer of a hot row waits for the first to commit
+//! and then moves its snapshot forward (a *refresh*, valid only if nothing
+//! it read changed meanwhile) instead of aborting. Locks only order
+//! writers; validation above still decides every commit. A wait that
+//! would close a cycle fails with [`Error::Deadlock`] (40P01).
 //!
 //! The write sets of recent commits are kept in memory ([`CommitLog`]) until
 //! no active transaction's snapshot is older than them. Every transaction
@@ -105,6 +111,7 @@ use spindle_catalog::Catalog;
 use spindle_storage::splits::{Boundaries, SplitMap};
 use spindle_storage::{Batch, Store, Timestamp, Write};
 
+mod locks;
 mod twopc;
 use tracing::{debug, info_span};
 pub use twopc::CrashPoint;
@@ -137,6 +144,13 @@ pub enum Error {
     /// its value is not known until commit.
     #[error("cannot read a row written with PENDING_COMMIT_TIMESTAMP() in the same transaction: its commit timestamp is not known until commit")]
     PendingCommitTimestamp,
+    /// Waiting for a write lock would close a cycle of waiting
+    /// transactions: this one gives up and should be retried.
+    #[error("deadlock detected: the transaction waited for a row lock held by a transaction that waits for it; retry the transaction")]
+    Deadlock,
+    /// A write lock was not granted within the session's `lock_timeout`.
+    #[error("canceling statement due to lock timeout")]
+    LockTimeout,
     /// Resolving a pending commit timestamp failed (a write the SQL layer
     /// marked did not decode against the catalog).
     #[error("cannot resolve the commit timestamp of a write: {0}")]
@@ -146,7 +160,7 @@ pub enum Error {
 impl Error {
     /// Whether retrying the transaction may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Conflict)
+        matches!(self, Error::Conflict | Error::Deadlock)
     }
 }
 
@@ -161,6 +175,10 @@ pub struct TxnManager {
     commits: Mutex<CommitLog>,
     /// Read timestamps of live transactions (with counts).
     active: Mutex<BTreeMap<Timestamp, usize>>,
+    /// Write locks of UPDATE/DELETE by key ([`locks`]).
+    locks: locks::LockTable,
+    /// Ids of transactions (lock owners).
+    next_txn_id: AtomicU64,
     /// The catalog as of the commit timestamp stored with it.
     catalog: RwLock<(Timestamp, Arc<Catalog>)>,
     /// Splits; grouping and maintenance take this lock.
@@ -298,6 +316,8 @@ impl TxnManager {
                 recent: VecDeque::new(),
             }),
             active: Mutex::new(BTreeMap::new()),
+            locks: locks::LockTable::default(),
+            next_txn_id: AtomicU64::new(1),
             catalog: RwLock::new((ts, Arc::new(catalog))),
             splits: Mutex::new(splits),
             split_threshold: AtomicU64::new(DEFAULT_SPLIT_THRESHOLD),
@@ -796,15 +816,7 @@ impl TxnManager {
         };
         let catalog = self.catalog_at(read_ts)?;
         debug!(read_ts, "begin");
-        Ok(Transaction {
-            mgr: self.clone(),
-            read_ts,
-            writes: BTreeMap::new(),
-            pending: BTreeSet::new(),
-            reads: Arc::new(Mutex::new(ReadSet::default())),
-            catalog,
-            catalog_changed: false,
-        })
+        Ok(self.transaction(read_ts, catalog, true))
     }
 
     /// Starts a read-only transaction on the snapshot at `read_ts` (a stale
@@ -836,15 +848,28 @@ impl TxnManager {
                 return Err(e);
             }
         };
-        Ok(Transaction {
+        Ok(self.transaction(read_ts, catalog, false))
+    }
+
+    fn transaction(
+        self: &Arc<Self>,
+        read_ts: Timestamp,
+        catalog: Arc<Catalog>,
+        refreshable: bool,
+    ) -> Transaction {
+        Transaction {
             mgr: self.clone(),
+            id: self.next_txn_id.fetch_add(1, Ordering::Relaxed),
             read_ts,
+            refreshable,
             writes: BTreeMap::new(),
             pending: BTreeSet::new(),
             reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
             catalog_changed: false,
-        })
+            locked: Vec::new(),
+            lock_timeout: None,
+        }
     }
 
     fn end(&self, read_ts: Timestamp) {
@@ -884,7 +909,16 @@ impl TxnManager {
 /// A read-write transaction (see the module docs).
 pub struct Transaction {
     mgr: Arc<TxnManager>,
+    /// Owner id in the lock table.
+    id: u64,
     read_ts: Timestamp,
+    /// Whether the snapshot may move forward after a lock wait (not for a
+    /// stale read, whose timestamp the caller chose).
+    refreshable: bool,
+    /// Keys whose write lock this transaction holds ([`locks`]).
+    locked: Vec<Vec<u8>>,
+    /// Longest wait for a write lock (`None`: no limit).
+    lock_timeout: Option<std::time::Duration>,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Keys of `writes` holding the commit-timestamp placeholder (see
     /// [`Transaction::put_pending`]).
@@ -923,6 +957,7 @@ impl ReadSet {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
+        self.release_locks();
         self.mgr.end(self.read_ts);
     }
 }
@@ -1071,7 +1106,92 @@ impl Transaction {
         &self.mgr
     }
 
-    /// Commits atomically and durably, or fails with [`Error::Conflict`].
+    /// Bounds how long [`Transaction::lock_key`] waits (`None`: no limit).
+    pub fn set_lock_timeout(&mut self, timeout: Option<std::time::Duration>) {
+        self.lock_timeout = timeout;
+    }
+
+    /// Takes the write lock on `key` until this transaction ends ([`locks`]),
+    /// before a statement reads the row to update or delete it. With
+    /// `wait` false, returns `Ok(false)` instead of waiting when another
+    /// transaction holds it (callers on an async runtime try that first
+    /// and wait off the runtime). Once the lock is held, if a commit after
+    /// this transaction's snapshot wrote `key`, the snapshot is refreshed
+    /// (moved to the newest visible commit) so the row is read as that
+    /// writer left it — or the transaction fails with [`Error::Conflict`]
+    /// if something it already read or wrote changed in between.
+    pub fn lock_key(&mut self, key: &[u8], wait: bool) -> Result<bool> {
+        use locks::Acquired;
+        match self
+            .mgr
+            .locks
+            .acquire(self.id, key, wait, self.lock_timeout)?
+        {
+            Acquired::Busy => return Ok(false),
+            Acquired::Held => return Ok(true),
+            Acquired::Free | Acquired::AfterWait => self.locked.push(key.to_vec()),
+        }
+        self.refresh_for(key)?;
+        Ok(true)
+    }
+
+    /// See [`Transaction::lock_key`]: moves the snapshot forward if `key`
+    /// changed after it.
+    fn refresh_for(&mut self, key: &[u8]) -> Result<()> {
+        let log = self.mgr.commits.lock().map_err(|_| Error::Poisoned)?;
+        let newer = |ts: &Timestamp| *ts > self.read_ts;
+        let changed = log
+            .recent
+            .iter()
+            .rev()
+            .take_while(|(ts, _)| newer(ts))
+            .any(|(_, written)| written.contains(key));
+        if !changed {
+            return Ok(());
+        }
+        if !self.refreshable {
+            return Err(Error::Conflict);
+        }
+        // Every commit at or below the visible timestamp has finished, and
+        // all after our snapshot are still in the log (our snapshot keeps
+        // them there).
+        let new_ts = self.mgr.store.visible_ts();
+        {
+            let reads = self.reads();
+            for (ts, written) in log.recent.iter().rev().take_while(|(ts, _)| newer(ts)) {
+                if *ts > new_ts {
+                    continue;
+                }
+                let ww = self.writes.keys().any(|k| written.contains(k));
+                if ww || written.contains(CATALOG_KEY) || reads.overlaps(written) {
+                    debug!(conflicting_ts = *ts, "refresh failed");
+                    return Err(Error::Conflict);
+                }
+            }
+        }
+        if new_ts > self.read_ts {
+            let mut active = self.mgr.active.lock().map_err(|_| Error::Poisoned)?;
+            if let Some(n) = active.get_mut(&self.read_ts) {
+                *n -= 1;
+                if *n == 0 {
+                    active.remove(&self.read_ts);
+                }
+            }
+            *active.entry(new_ts).or_insert(0) += 1;
+            debug!(from = self.read_ts, to = new_ts, "snapshot refreshed");
+            self.read_ts = new_ts;
+        }
+        Ok(())
+    }
+
+    /// Releases every write lock this transaction holds.
+    fn release_locks(&mut self) {
+        if !self.locked.is_empty() {
+            let keys = std::mem::take(&mut self.locked);
+            self.mgr.locks.release(self.id, &keys);
+        }
+    }
+
     /// Ids of the splits the buffered writes fall in, in key order: one
     /// means the commit would take one phase, more means two-phase commit.
     pub fn write_splits(&self) -> Result<Vec<u64>> {
@@ -1089,9 +1209,17 @@ impl Transaction {
         Ok(ids)
     }
 
+    /// Commits atomically and durably, or fails with [`Error::Conflict`].
     /// The buffered writes are consumed: after a commit (successful or
-    /// not) the transaction holds nothing and must not be used again.
+    /// not) the transaction holds nothing and must not be used again. Its
+    /// write locks are released once the commit is visible (or failed).
     pub fn commit(&mut self) -> Result<Option<CommitInfo>> {
+        let result = self.commit_writes();
+        self.release_locks();
+        result
+    }
+
+    fn commit_writes(&mut self) -> Result<Option<CommitInfo>> {
         let span = info_span!(
             "commit",
             read_ts = self.read_ts,
@@ -1400,6 +1528,114 @@ mod tests {
 
     fn mgr() -> Arc<TxnManager> {
         TxnManager::new(Store::open_temporary().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_locked_update_waits_and_reads_the_committed_value() {
+        let m = mgr();
+        let (k, other) = (b"\x20k".to_vec(), b"\x20o".to_vec());
+        let mut setup = m.begin().unwrap();
+        setup.put(k.clone(), b"1".to_vec());
+        setup.put(other.clone(), b"x".to_vec());
+        setup.commit().unwrap();
+
+        let mut t1 = m.begin().unwrap();
+        let mut t2 = m.begin().unwrap();
+        assert!(t1.lock_key(&k, true).unwrap());
+        assert_eq!(t1.get(&k).unwrap(), Some(b"1".to_vec()));
+        t1.put(k.clone(), b"2".to_vec());
+        // t2 read something t1 does not write before it updates k.
+        assert_eq!(t2.get(&other).unwrap(), Some(b"x".to_vec()));
+        assert!(!t2.lock_key(&k, false).unwrap(), "t1 holds the lock");
+        let before = t2.read_ts();
+        let waiter = std::thread::spawn(move || {
+            assert!(t2.lock_key(&k, true).unwrap());
+            let seen = t2.get(&k).unwrap();
+            t2.put(k.clone(), b"3".to_vec());
+            let read_ts = t2.read_ts();
+            t2.commit().map(|_| (seen, read_ts))
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "t2 waits for t1's lock");
+        let committed = t1.commit().unwrap().unwrap().ts;
+        let (seen, read_ts) = waiter.join().unwrap().unwrap();
+        // Without the refresh t2 would read 1 and fail at commit.
+        assert_eq!(seen, Some(b"2".to_vec()));
+        assert!(read_ts >= committed && read_ts > before);
+        let t = m.begin().unwrap();
+        assert_eq!(t.get(b"\x20k").unwrap(), Some(b"3".to_vec()));
+        assert_eq!(m.locks.len(), 0);
+    }
+
+    #[test]
+    fn a_refresh_over_a_changed_read_is_a_conflict() {
+        let m = mgr();
+        let (k, r) = (b"\x20k".to_vec(), b"\x20r".to_vec());
+        let mut setup = m.begin().unwrap();
+        setup.put(b"\x20s".to_vec(), b"0".to_vec());
+        setup.commit().unwrap();
+        let mut t1 = m.begin().unwrap();
+        let mut t2 = m.begin().unwrap();
+        let mut stale = m.begin_at(m.store().visible_ts()).unwrap();
+        t1.lock_key(&k, true).unwrap();
+        t1.put(k.clone(), b"1".to_vec());
+        t1.put(r.clone(), b"1".to_vec());
+        // t2 read r, which t1 then changes: running t2 after t1 would
+        // have read another value, so it cannot move past t1.
+        assert_eq!(t2.get(&r).unwrap(), None);
+        t1.commit().unwrap();
+        assert!(matches!(t2.lock_key(&k, true), Err(Error::Conflict)));
+        // t2 keeps the lock until it ends, as after any failed statement.
+        assert!(!stale.lock_key(&k, false).unwrap());
+        drop(t2);
+        // A stale read's snapshot is the caller's choice: never moved.
+        assert!(matches!(stale.lock_key(&k, true), Err(Error::Conflict)));
+        drop(stale);
+        // Nothing changed after t3's snapshot: no refresh, no conflict.
+        let mut t3 = m.begin().unwrap();
+        let ts = t3.read_ts();
+        assert!(t3.lock_key(&k, true).unwrap());
+        assert_eq!(t3.read_ts(), ts);
+        drop(t3);
+        assert_eq!(
+            m.locks.len(),
+            0,
+            "dropping a transaction releases its locks"
+        );
+    }
+
+    #[test]
+    fn crossed_lock_waits_end_in_a_deadlock_error() {
+        let m = mgr();
+        let (a, b) = (b"\x20a".to_vec(), b"\x20b".to_vec());
+        let mut t1 = m.begin().unwrap();
+        let mut t2 = m.begin().unwrap();
+        t1.lock_key(&a, true).unwrap();
+        t2.lock_key(&b, true).unwrap();
+        let b2 = b.clone();
+        let waiter = std::thread::spawn(move || {
+            let got = t1.lock_key(&b2, true);
+            (t1, got)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let err = t2.lock_key(&a, true).unwrap_err();
+        assert!(matches!(err, Error::Deadlock) && err.is_retryable());
+        drop(t2);
+        let (mut t1, got) = waiter.join().unwrap();
+        assert!(got.unwrap());
+        t1.put(b, b"1".to_vec());
+        t1.commit().unwrap();
+    }
+
+    #[test]
+    fn a_lock_wait_honours_the_timeout() {
+        let m = mgr();
+        let k = b"\x20k".to_vec();
+        let mut t1 = m.begin().unwrap();
+        let mut t2 = m.begin().unwrap();
+        t1.lock_key(&k, true).unwrap();
+        t2.set_lock_timeout(Some(std::time::Duration::from_millis(30)));
+        assert!(matches!(t2.lock_key(&k, true), Err(Error::LockTimeout)));
     }
 
     fn keys(t: &Transaction) -> Vec<(Vec<u8>, Vec<u8>)> {
