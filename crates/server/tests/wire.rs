@@ -1113,3 +1113,68 @@ async fn replies_wait_for_sync_or_flush() {
     // CommandComplete), then ReadyForQuery.
     assert_eq!(tags, vec![b'D', b's', b'C', b'Z']);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_lock_waits_deadlocks_and_timeouts_over_the_wire() {
+    let addr = start(None).await;
+    let (a, b) = (connect(addr).await, connect(addr).await);
+    a.batch_execute(
+        "CREATE TABLE acc (id INT64 NOT NULL, n INT64) PRIMARY KEY (id);
+         INSERT INTO acc VALUES (1, 0), (2, 0)",
+    )
+    .await
+    .unwrap();
+    let wait = std::time::Duration::from_millis(100);
+
+    // A second update of a row waits for the first and continues from it.
+    a.batch_execute("BEGIN; UPDATE acc SET n = n + 1 WHERE id = 1")
+        .await
+        .unwrap();
+    b.batch_execute("BEGIN").await.unwrap();
+    let update = "UPDATE acc SET n = n + $1 WHERE id = $2";
+    let waiting = b.execute(update, &[&10i64, &1i64]);
+    tokio::pin!(waiting);
+    assert!(tokio::time::timeout(wait, &mut waiting).await.is_err());
+    a.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(waiting.await.unwrap(), 1);
+    b.batch_execute("COMMIT").await.unwrap();
+    let n: i64 = a
+        .query_one("SELECT n FROM acc WHERE id = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 11);
+
+    // Crossed updates: one side gets 40P01 at once, the other goes on.
+    a.batch_execute("BEGIN; UPDATE acc SET n = n + 1 WHERE id = 1")
+        .await
+        .unwrap();
+    b.batch_execute("BEGIN; UPDATE acc SET n = n + 1 WHERE id = 2")
+        .await
+        .unwrap();
+    let waiting = a.execute(update, &[&1i64, &2i64]);
+    tokio::pin!(waiting);
+    assert!(tokio::time::timeout(wait, &mut waiting).await.is_err());
+    let e = b.execute(update, &[&1i64, &1i64]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "40P01", "{e}");
+    b.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(waiting.await.unwrap(), 1);
+
+    // lock_timeout: 55P03 once the wait passes it.
+    b.batch_execute("SET lock_timeout = '50ms'").await.unwrap();
+    let e = b
+        .simple_query("UPDATE acc SET n = 0 WHERE id = 2")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "55P03", "{e}");
+    a.batch_execute("COMMIT").await.unwrap();
+    b.batch_execute("UPDATE acc SET n = n * 2 WHERE id = 2")
+        .await
+        .unwrap();
+    let n: i64 = b
+        .query_one("SELECT n FROM acc WHERE id = 2", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+}
