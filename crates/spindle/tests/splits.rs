@@ -125,6 +125,10 @@ fn splits_table_shows_row_tree_boundaries_and_load() {
 #[test]
 fn a_loaded_split_is_not_cut_again_on_every_commit() {
     let db = Database::open_in_memory().unwrap();
+    // Load counts at once (by default it must last two minutes).
+    db.engine()
+        .manager()
+        .set_load_split_after(std::time::Duration::ZERO);
     db.execute(
         "CREATE TABLE t (k INT64 NOT NULL, v INT64) PRIMARY KEY (k)",
         &[],
@@ -159,4 +163,56 @@ fn a_loaded_split_is_not_cut_again_on_every_commit() {
         .get(0)
         .unwrap();
     assert_eq!(n, 30);
+}
+
+fn load_then_update(db: &Database) {
+    db.execute(
+        "CREATE TABLE t (k INT64 NOT NULL, v INT64) PRIMARY KEY (k)",
+        &[],
+    )
+    .unwrap();
+    // More writes in one commit than the load-split rate per minute.
+    db.execute(
+        "INSERT INTO t SELECT i, 0 FROM generate_series(1, 61000) AS g(i)",
+        &[],
+    )
+    .unwrap();
+}
+
+fn update_a_few(db: &Database) {
+    for k in 1..=5 {
+        db.execute(
+            "UPDATE t SET v = v + 1 WHERE k = $1",
+            &[spindle::Value::Int64(k)],
+        )
+        .unwrap();
+    }
+}
+
+/// A bulk load's burst of writes is not sustained load: the split stays
+/// whole (cutting it would only make transactions spanning both halves
+/// pay two-phase commit).
+#[test]
+fn a_write_burst_does_not_cut_a_split_for_load() {
+    let db = Database::open_in_memory().unwrap();
+    load_then_update(&db);
+    update_a_few(&db);
+    let stats = db.engine().manager().split_stats().unwrap();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert!(stats[0].writes_per_minute >= spindle_txn::LOAD_SPLIT_WRITES_PER_MINUTE);
+}
+
+/// Load that lasts (here: the window shortened to 300 ms) cuts the split.
+#[test]
+fn sustained_load_cuts_a_split() {
+    let db = Database::open_in_memory().unwrap();
+    db.engine()
+        .manager()
+        .set_load_split_after(std::time::Duration::from_millis(300));
+    load_then_update(&db);
+    update_a_few(&db);
+    assert_eq!(db.engine().manager().split_stats().unwrap().len(), 1);
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    update_a_few(&db);
+    assert_eq!(db.engine().manager().split_stats().unwrap().len(), 2);
 }

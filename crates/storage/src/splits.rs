@@ -99,6 +99,10 @@ pub struct Split {
     /// recounts for load, and of an oversized split, are spaced out by
     /// these (a recount scans the whole split).
     pub recounted: Option<(Instant, u64)>,
+    /// Since when the write rate has been at or above the load-split rate
+    /// at every check (`None`: it is below): load is *sustained* once this
+    /// is old enough, so a bulk load's burst does not cut a split.
+    pub loaded_since: Option<Instant>,
 }
 
 impl Split {
@@ -113,6 +117,7 @@ impl Split {
             oversized: false,
             dirty_deletes: 0,
             recounted: None,
+            loaded_since: None,
         }
     }
 }

@@ -184,6 +184,8 @@ pub struct TxnManager {
     /// Splits; grouping and maintenance take this lock.
     splits: Mutex<SplitMap>,
     split_threshold: AtomicU64,
+    /// [`DEFAULT_LOAD_SPLIT_AFTER`] in microseconds (tests shorten it).
+    load_split_after_micros: AtomicU64,
     crash_at: Mutex<Option<CrashPoint>>,
     crashed: AtomicBool,
     /// Test hook called at each step of a commit (see [`TxnManager::set_step_hook`]).
@@ -222,6 +224,11 @@ fn now_micros() -> u64 {
 pub const DEFAULT_SPLIT_THRESHOLD: u64 = 64 * 1024 * 1024;
 /// A split whose writes per minute exceed this is split for load.
 pub const LOAD_SPLIT_WRITES_PER_MINUTE: u64 = 60_000;
+/// How long a split's write rate must stay at or above
+/// [`LOAD_SPLIT_WRITES_PER_MINUTE`] before it is cut for load: a burst (a
+/// bulk load, a COPY) is not sustained load, and cutting for it only makes
+/// later transactions that span the halves pay two-phase commit.
+pub const DEFAULT_LOAD_SPLIT_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
 /// Least time between two recounts of a split for its write load.
 const LOAD_RECOUNT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 /// A split with at least this many reads and writes per minute is hot.
@@ -321,6 +328,7 @@ impl TxnManager {
             catalog: RwLock::new((ts, Arc::new(catalog))),
             splits: Mutex::new(splits),
             split_threshold: AtomicU64::new(DEFAULT_SPLIT_THRESHOLD),
+            load_split_after_micros: AtomicU64::new(DEFAULT_LOAD_SPLIT_AFTER.as_micros() as u64),
             crash_at: Mutex::new(None),
             crashed: AtomicBool::new(false),
             step_hook: RwLock::new(None),
@@ -347,6 +355,13 @@ impl TxnManager {
     /// Sets the size above which a split is cut in two.
     pub fn set_split_threshold(&self, bytes: u64) {
         self.split_threshold.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Sets how long a split's write load must be sustained before the
+    /// split is cut for it ([`DEFAULT_LOAD_SPLIT_AFTER`]).
+    pub fn set_load_split_after(&self, after: std::time::Duration) {
+        self.load_split_after_micros
+            .store(after.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Sets how long old versions are kept for snapshot and stale reads.
@@ -664,14 +679,23 @@ impl TxnManager {
             let Some(idx) = map.splits().iter().position(|s| s.id == *id) else {
                 continue;
             };
-            let (bytes, rows, deletes, writes_pm, oversized, recounted) = {
+            let (bytes, rows, deletes, sustained, oversized, recounted) = {
                 let s = &mut map.splits_mut()[idx];
-                let pm = s.writes.per_minute();
+                let loaded = s.writes.per_minute() >= LOAD_SPLIT_WRITES_PER_MINUTE;
+                s.loaded_since = match (loaded, s.loaded_since) {
+                    (false, _) => None,
+                    (true, None) => Some(std::time::Instant::now()),
+                    (true, since) => since,
+                };
+                let after = self.load_split_after_micros.load(Ordering::Relaxed);
+                let sustained = s
+                    .loaded_since
+                    .is_some_and(|t| t.elapsed().as_micros() as u64 >= after);
                 (
                     s.bytes,
                     s.rows,
                     s.dirty_deletes,
-                    pm,
+                    sustained,
                     s.oversized,
                     s.recounted,
                 )
@@ -682,8 +706,7 @@ impl TxnManager {
             // already found to be one uncuttable row tree only once it has
             // grown by a quarter since.
             let since = recounted.map(|(at, _)| at.elapsed());
-            let load = writes_pm >= LOAD_SPLIT_WRITES_PER_MINUTE
-                && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL);
+            let load = sustained && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL);
             let big = bytes > threshold
                 && (!oversized || recounted.is_none_or(|(_, was)| bytes >= was + was / 4));
             // Sizes only grow between recounts; deletes make them stale, so
