@@ -558,3 +558,27 @@ fn a_hot_row_updated_by_many_transactions_never_aborts() {
     );
     assert_eq!(one_i64(&mut s, "SELECT sum(delta) FROM history"), total);
 }
+
+#[test]
+fn an_autocommit_update_whose_refresh_fails_is_retried() {
+    let db = Database::open_in_memory().unwrap();
+    counters(&db, 1);
+    let mut a = db.session();
+    a.run("BEGIN").unwrap();
+    a.run("UPDATE counters SET n = n + 1 WHERE id = 1").unwrap();
+    // a also changes the schema: b, waiting on the row, cannot move its
+    // snapshot past that commit (every transaction reads the catalog), so
+    // its first attempt fails; autocommit runs it again.
+    a.run("CREATE TABLE other (id INT64 NOT NULL) PRIMARY KEY (id)")
+        .unwrap();
+    let waiting = spawn_run(db.session(), "UPDATE counters SET n = n + 10 WHERE id = 1");
+    std::thread::sleep(WAIT);
+    assert!(!waiting.is_finished());
+    assert_eq!(commit_err(&mut a), None);
+    let (_, err) = waiting.join().unwrap();
+    assert_eq!(err, None);
+    assert_eq!(
+        one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
+        11
+    );
+}

@@ -830,8 +830,13 @@ impl Session {
             engine: self.engine.clone(),
             txn: txn.clone(),
         };
-        let Some(out) = run_fast(&ctx, parsed, params, self.default_read_only)? else {
-            return Ok(Fast::Declined);
+        // A statement that waited for a row lock may fail to refresh its
+        // snapshot (40001); in autocommit that is retried like a commit's.
+        let out = match run_fast(&ctx, parsed, params, self.default_read_only) {
+            Ok(Some(out)) => out,
+            Ok(None) => return Ok(Fast::Declined),
+            Err(Error::Txn(e)) if e.is_retryable() => return Ok(Fast::Conflicted(e)),
+            Err(e) => return Err(e),
         };
         match self.commit_own(&txn)? {
             Ok(()) => Ok(Fast::Done(tag, out)),
@@ -1021,7 +1026,14 @@ impl Session {
                 engine: self.engine.clone(),
                 txn: txn.clone(),
             };
-            let out = ctx.run(stmt.clone(), self.default_read_only).await?;
+            let out = match ctx.run(stmt.clone(), self.default_read_only).await {
+                Ok(out) => out,
+                Err(Error::Txn(e)) if e.is_retryable() => {
+                    conflict_pause(attempt, e).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             match self.commit_own(&txn)? {
                 Ok(()) => return Ok(out),
                 Err(e) if e.is_retryable() => conflict_pause(attempt, e).await?,
