@@ -28,7 +28,6 @@ use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
     LoginInfo, Password, ServerParameterProvider, StartupHandler,
 };
-use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
@@ -78,6 +77,10 @@ pub(crate) struct Shared {
     /// exclusively, so it waits for statements in flight.
     pub in_flight: RwLock<()>,
     pub pids: RandomPidSecretKeyGenerator,
+    /// Each connection's interrupt flag by backend pid, so a cancel request
+    /// also stops a statement blocked waiting for a row lock (a thread
+    /// parked in the lock table, which no dropped future can stop).
+    pub interrupts: std::sync::Mutex<HashMap<i32, Arc<std::sync::atomic::AtomicBool>>>,
 }
 
 /// One client connection.
@@ -88,6 +91,81 @@ pub(crate) struct Conn {
     pub copy_in: Mutex<Option<crate::copy::Pending>>,
     /// Names of the prepared statements (Parse), for `DEALLOCATE ALL`.
     pub prepared: Mutex<std::collections::BTreeSet<String>>,
+    /// The session's interrupt flag ([`Session::interrupt_flag`]).
+    pub interrupt: Arc<std::sync::atomic::AtomicBool>,
+    /// The backend pid under which `interrupt` is in `Shared::interrupts`.
+    pub pid: std::sync::OnceLock<i32>,
+}
+
+impl Conn {
+    pub fn new(shared: Arc<Shared>) -> Conn {
+        let session = shared.engine.session();
+        Conn {
+            interrupt: session.interrupt_flag(),
+            shared,
+            session: Mutex::new(session),
+            copy_in: Mutex::new(None),
+            prepared: Mutex::new(Default::default()),
+            pid: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Before a statement: lowers the interrupt flag and, the first time,
+    /// registers it under the connection's pid for [`CancelHandler`].
+    fn arm_interrupt(&self, pid: i32) {
+        self.interrupt
+            .store(false, std::sync::atomic::Ordering::Release);
+        if self.pid.set(pid).is_ok() {
+            if let Ok(mut map) = self.shared.interrupts.lock() {
+                map.insert(pid, self.interrupt.clone());
+            }
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(pid) = self.pid.get() else {
+            return;
+        };
+        if let Ok(mut map) = self.shared.interrupts.lock() {
+            if map
+                .get(pid)
+                .is_some_and(|f| Arc::ptr_eq(f, &self.interrupt))
+            {
+                map.remove(pid);
+            }
+        }
+    }
+}
+
+/// Cancel requests: pgwire's (the running statement's future is dropped)
+/// plus the connection's interrupt flag, which stops a wait for a row lock.
+pub(crate) struct CancelHandler {
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl pgwire::api::cancel::CancelHandler for CancelHandler {
+    async fn on_cancel_request(&self, request: pgwire::messages::cancel::CancelRequest) {
+        // The manager checks the secret key: only then is the pid trusted.
+        if !self
+            .shared
+            .connections
+            .cancel(request.pid, &request.secret_key)
+            .await
+        {
+            return;
+        }
+        let flag = match self.shared.interrupts.lock() {
+            Ok(map) => map.get(&request.pid).cloned(),
+            Err(_) => None,
+        };
+        if let Some(flag) = flag {
+            flag.store(true, std::sync::atomic::Ordering::Release);
+            self.shared.engine.manager().wake_lock_waiters();
+        }
+    }
 }
 
 /// The handlers of one connection (pgwire asks for them once per socket).
@@ -117,9 +195,9 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
-        Arc::new(DefaultCancelHandler::new(
-            self.handler.conn.shared.connections.clone(),
-        ))
+        Arc::new(CancelHandler {
+            shared: self.handler.conn.shared.clone(),
+        })
     }
 
     fn error_handler(&self) -> Arc<impl ErrorHandler> {
@@ -197,10 +275,13 @@ pub(crate) fn to_pg(e: &spindle_sql::Error) -> PgWireError {
     PgWireError::UserError(Box::new(statement_error(e)))
 }
 
-/// Receives a CancelRequest for this connection's running statement.
+/// Receives a CancelRequest for this connection's running statement (and
+/// arms the connection's interrupt flag for it).
 async fn cancel_receiver<C: ClientInfo>(
+    conn: &Conn,
     client: &C,
 ) -> Option<futures::channel::oneshot::Receiver<()>> {
+    conn.arm_interrupt(client.pid_and_secret_key().0);
     let handle = client.session_extensions().get::<Arc<ConnectionHandle>>()?;
     Some(handle.start_query().await)
 }
@@ -856,7 +937,7 @@ impl SimpleQueryHandler for Handler {
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let span = info_span!("query", sql = %truncate(&query.query));
-        let cancel = cancel_receiver(client).await;
+        let cancel = cancel_receiver(&self.conn, client).await;
         let sql = query.query;
         let outcome = if let Some(target) = parse_deallocate(&sql) {
             Some(self.deallocate(client, target).await.map(|()| false))
@@ -1336,7 +1417,7 @@ impl Handler {
     {
         let started = !matches!(*portal.state().lock().await, PortalExecutionState::Initial);
         if !started {
-            let cancel = cancel_receiver(client).await;
+            let cancel = cancel_receiver(&self.conn, client).await;
             let query = ExtendedQueryHandler::do_query(self, client, portal, max_rows);
             let response = match cancel {
                 Some(cancel) => match select(Box::pin(query), cancel).await {

@@ -49,7 +49,7 @@ use std::time::Duration;
 use pgwire::api::{ConnectionManager, RandomPidSecretKeyGenerator};
 use spindle_sql::Engine;
 use tokio::net::TcpListener;
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::RwLock;
 use tokio::task::JoinSet;
 use tracing::{info, info_span, warn, Instrument};
 
@@ -116,6 +116,7 @@ impl Server {
                 connections: Arc::new(ConnectionManager::new()),
                 in_flight: RwLock::new(()),
                 pids: RandomPidSecretKeyGenerator::default(),
+                interrupts: Default::default(),
             }),
             listener,
         })
@@ -145,12 +146,7 @@ impl Server {
                         }
                     };
                     let id = ids.fetch_add(1, Ordering::Relaxed);
-                    let conn = Arc::new(Conn {
-                        shared: self.shared.clone(),
-                        session: Mutex::new(self.shared.engine.session()),
-                        copy_in: Mutex::new(None),
-                        prepared: Mutex::new(Default::default()),
-                    });
+                    let conn = Arc::new(Conn::new(self.shared.clone()));
                     let span = info_span!("connection", id, %peer);
                     let acceptor = self.shared.tls.as_ref().map(|t| t.acceptor.clone());
                     tasks.spawn(

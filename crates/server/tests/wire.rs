@@ -1178,3 +1178,63 @@ async fn row_lock_waits_deadlocks_and_timeouts_over_the_wire() {
         .get(0);
     assert_eq!(n, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_wait_for_a_row_lock() {
+    use std::time::Duration;
+    let addr = start(None).await;
+    let holder = connect(addr).await;
+    let waiter = connect(addr).await;
+    holder
+        .batch_execute(
+            "CREATE TABLE acc (id INT64 NOT NULL, n INT64) PRIMARY KEY (id);
+             INSERT INTO acc VALUES (1, 0);
+             BEGIN; UPDATE acc SET n = 1 WHERE id = 1",
+        )
+        .await
+        .unwrap();
+    // Simple and extended protocol: each waits for the holder's lock until
+    // canceled, then fails with 57014 and the connection stays usable.
+    for extended in [false, true] {
+        let token = waiter.cancel_token();
+        let started = std::time::Instant::now();
+        let running = async {
+            if extended {
+                waiter
+                    .execute("UPDATE acc SET n = n + 1 WHERE id = $1", &[&1i64])
+                    .await
+                    .map(|_| ())
+            } else {
+                waiter
+                    .simple_query("UPDATE acc SET n = n + 1 WHERE id = 1")
+                    .await
+                    .map(|_| ())
+            }
+        };
+        let cancel = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            token.cancel_query(NoTls).await.unwrap();
+        };
+        let (r, ()) = tokio::time::timeout(Duration::from_secs(20), async {
+            tokio::join!(running, cancel)
+        })
+        .await
+        .expect("the canceled wait stopped");
+        let e = r.expect_err("canceled");
+        assert_eq!(sqlstate(&e), "57014", "{e:?}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        let row = waiter
+            .query_one("SELECT n FROM acc WHERE id = 1", &[])
+            .await;
+        assert_eq!(row.unwrap().get::<_, i64>(0), 0);
+    }
+    holder.batch_execute("COMMIT").await.unwrap();
+    waiter
+        .batch_execute("UPDATE acc SET n = n + 1 WHERE id = 1")
+        .await
+        .unwrap();
+    let row = waiter
+        .query_one("SELECT n FROM acc WHERE id = 1", &[])
+        .await;
+    assert_eq!(row.unwrap().get::<_, i64>(0), 2);
+}

@@ -121,6 +121,7 @@ impl Error {
             },
             Error::Txn(spindle_txn::Error::Deadlock) => "40P01",
             Error::Txn(spindle_txn::Error::LockTimeout) => "55P03",
+            Error::Txn(spindle_txn::Error::Interrupted) => "57014",
             Error::Txn(t) if t.is_retryable() => "40001",
             Error::Txn(spindle_txn::Error::StaleRead(_)) => "72000",
             Error::Txn(spindle_txn::Error::PendingCommitTimestamp) => "55000",

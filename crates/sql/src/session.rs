@@ -168,6 +168,7 @@ impl Engine {
             txn_used: false,
             settings: crate::settings::Settings::default(),
             last_commit_ts: None,
+            interrupt: Arc::default(),
         }
     }
 
@@ -617,9 +618,26 @@ pub struct Session {
     /// Commit timestamp of the last read-write transaction this session
     /// committed (`SHOW spanner.commit_timestamp`).
     last_commit_ts: Option<u64>,
+    /// Raised by a cancel request to stop the running statement's wait for
+    /// a row lock ([`Session::interrupt_flag`]).
+    interrupt: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Session {
+    /// The flag that stops this session's running statement if it waits
+    /// for a row lock: a canceller raises it and calls
+    /// [`spindle_txn::TxnManager::wake_lock_waiters`]; the statement fails
+    /// with 57014. Lower it before each statement.
+    pub fn interrupt_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.interrupt.clone()
+    }
+
+    /// Applies the session's lock settings to a transaction it begins.
+    fn configure(&self, txn: &mut Transaction) {
+        txn.set_lock_timeout(self.settings.lock_timeout());
+        txn.set_interrupt(Some(self.interrupt.clone()));
+    }
+
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -824,7 +842,7 @@ impl Session {
             return Ok(Fast::Declined);
         }
         let mut txn = self.engine.mgr.begin()?;
-        txn.set_lock_timeout(self.settings.lock_timeout());
+        self.configure(&mut txn);
         let txn = Arc::new(Mutex::new(txn));
         let ctx = StatementContext {
             engine: self.engine.clone(),
@@ -862,7 +880,7 @@ impl Session {
                         Some(ts) if read_only => self.engine.mgr.begin_at(ts)?,
                         _ => self.engine.mgr.begin()?,
                     };
-                    txn.set_lock_timeout(self.settings.lock_timeout());
+                    self.configure(&mut txn);
                     self.txn = Some(Arc::new(Mutex::new(txn)));
                     self.failed = false;
                     self.read_only = read_only || self.default_read_only;
@@ -1020,7 +1038,7 @@ impl Session {
                 Some(ts) => self.engine.mgr.begin_at(ts)?,
                 None => self.engine.mgr.begin()?,
             };
-            txn.set_lock_timeout(self.settings.lock_timeout());
+            self.configure(&mut txn);
             let txn = Arc::new(Mutex::new(txn));
             let ctx = StatementContext {
                 engine: self.engine.clone(),

@@ -151,6 +151,10 @@ pub enum Error {
     /// A write lock was not granted within the session's `lock_timeout`.
     #[error("canceling statement due to lock timeout")]
     LockTimeout,
+    /// A wait for a write lock was interrupted (the client canceled the
+    /// statement).
+    #[error("canceling statement due to user request")]
+    Interrupted,
     /// Resolving a pending commit timestamp failed (a write the SQL layer
     /// marked did not decode against the catalog).
     #[error("cannot resolve the commit timestamp of a write: {0}")]
@@ -355,6 +359,12 @@ impl TxnManager {
     /// Sets the size above which a split is cut in two.
     pub fn set_split_threshold(&self, bytes: u64) {
         self.split_threshold.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Wakes every transaction waiting for a write lock to look at its
+    /// interrupt flag ([`Transaction::set_interrupt`]).
+    pub fn wake_lock_waiters(&self) {
+        self.locks.wake_all();
     }
 
     /// Sets how long a split's write load must be sustained before the
@@ -892,6 +902,7 @@ impl TxnManager {
             catalog_changed: false,
             locked: Vec::new(),
             lock_timeout: None,
+            interrupt: None,
         }
     }
 
@@ -942,6 +953,8 @@ pub struct Transaction {
     locked: Vec<Vec<u8>>,
     /// Longest wait for a write lock (`None`: no limit).
     lock_timeout: Option<std::time::Duration>,
+    /// Raised to stop a wait for a write lock (a cancel request).
+    interrupt: Option<Arc<AtomicBool>>,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Keys of `writes` holding the commit-timestamp placeholder (see
     /// [`Transaction::put_pending`]).
@@ -1134,6 +1147,13 @@ impl Transaction {
         self.lock_timeout = timeout;
     }
 
+    /// A flag that, once raised (and [`TxnManager::wake_lock_waiters`]
+    /// called), stops a wait of [`Transaction::lock_key`] with
+    /// [`Error::Interrupted`]; the session lowers it before each statement.
+    pub fn set_interrupt(&mut self, flag: Option<Arc<AtomicBool>>) {
+        self.interrupt = flag;
+    }
+
     /// Takes the write lock on `key` until this transaction ends ([`locks`]),
     /// before a statement reads the row to update or delete it. With
     /// `wait` false, returns `Ok(false)` instead of waiting when another
@@ -1145,11 +1165,13 @@ impl Transaction {
     /// if something it already read or wrote changed in between.
     pub fn lock_key(&mut self, key: &[u8], wait: bool) -> Result<bool> {
         use locks::Acquired;
-        match self
-            .mgr
-            .locks
-            .acquire(self.id, key, wait, self.lock_timeout)?
-        {
+        match self.mgr.locks.acquire(
+            self.id,
+            key,
+            wait,
+            self.lock_timeout,
+            self.interrupt.as_deref(),
+        )? {
             Acquired::Busy => return Ok(false),
             Acquired::Held => return Ok(true),
             Acquired::Free | Acquired::AfterWait => self.locked.push(key.to_vec()),

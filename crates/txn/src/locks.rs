@@ -36,13 +36,19 @@
 //! cycle fails at once with [`Error::Deadlock`] (SQLSTATE 40P01, retryable).
 //! Since the check follows the *current* holder of each key, it is never
 //! misled by a holder that has since released. A wait may also be bounded
-//! (`lock_timeout`), failing with [`Error::LockTimeout`] (55P03).
+//! (`lock_timeout`), failing with [`Error::LockTimeout`] (55P03), and is
+//! stopped by its session's interrupt flag (a client's cancel request),
+//! failing with [`Error::Interrupted`] (57014).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
+
+/// Longest a waiter sleeps before it looks at its interrupt flag again.
+const INTERRUPT_CHECK: Duration = Duration::from_millis(100);
 
 /// The lock table of one database.
 #[derive(Default)]
@@ -110,6 +116,7 @@ impl LockTable {
         key: &[u8],
         wait: bool,
         timeout: Option<Duration>,
+        interrupt: Option<&AtomicBool>,
     ) -> Result<Acquired> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut state = self.state();
@@ -131,27 +138,39 @@ impl LockTable {
             if !wait {
                 return Ok(Acquired::Busy);
             }
+            if interrupt.is_some_and(|i| i.load(Ordering::Acquire)) {
+                state.waiting.remove(&txn);
+                return Err(Error::Interrupted);
+            }
             if state.closes_cycle(txn, holder) {
                 state.waiting.remove(&txn);
                 return Err(Error::Deadlock);
             }
             state.waiting.insert(txn, key.to_vec());
             waited = true;
-            state = match deadline {
-                None => self.released.wait(state).unwrap_or_else(|e| e.into_inner()),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        state.waiting.remove(&txn);
-                        return Err(Error::LockTimeout);
-                    }
-                    self.released
-                        .wait_timeout(state, d - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
+            // Waits in slices, so an interrupt is seen even if its wake-up
+            // ([`LockTable::wake_all`]) raced with this wait's start.
+            let mut slice = INTERRUPT_CHECK;
+            if let Some(d) = deadline {
+                let now = Instant::now();
+                if now >= d {
+                    state.waiting.remove(&txn);
+                    return Err(Error::LockTimeout);
                 }
-            };
+                slice = slice.min(d - now);
+            }
+            state = self
+                .released
+                .wait_timeout(state, slice)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
+    }
+
+    /// Wakes every waiter to look at its interrupt flag (a cancel).
+    pub(crate) fn wake_all(&self) {
+        let _state = self.state();
+        self.released.notify_all();
     }
 
     /// Releases `txn`'s locks on `keys` and wakes the waiters.
@@ -184,11 +203,20 @@ mod tests {
     #[test]
     fn second_writer_waits_for_release() {
         let t = Arc::new(LockTable::default());
-        assert_eq!(t.acquire(1, b"k", true, None).unwrap(), Acquired::Free);
-        assert_eq!(t.acquire(1, b"k", true, None).unwrap(), Acquired::Held);
-        assert_eq!(t.acquire(2, b"k", false, None).unwrap(), Acquired::Busy);
+        assert_eq!(
+            t.acquire(1, b"k", true, None, None).unwrap(),
+            Acquired::Free
+        );
+        assert_eq!(
+            t.acquire(1, b"k", true, None, None).unwrap(),
+            Acquired::Held
+        );
+        assert_eq!(
+            t.acquire(2, b"k", false, None, None).unwrap(),
+            Acquired::Busy
+        );
         let t2 = t.clone();
-        let waiter = std::thread::spawn(move || t2.acquire(2, b"k", true, None).unwrap());
+        let waiter = std::thread::spawn(move || t2.acquire(2, b"k", true, None, None).unwrap());
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiter.is_finished(), "the second writer must wait");
         t.release(1, &[b"k".to_vec()]);
@@ -200,18 +228,18 @@ mod tests {
     #[test]
     fn a_wait_that_closes_a_cycle_is_a_deadlock() {
         let t = Arc::new(LockTable::default());
-        t.acquire(1, b"a", true, None).unwrap();
-        t.acquire(2, b"b", true, None).unwrap();
-        t.acquire(3, b"c", true, None).unwrap();
+        t.acquire(1, b"a", true, None, None).unwrap();
+        t.acquire(2, b"b", true, None, None).unwrap();
+        t.acquire(3, b"c", true, None, None).unwrap();
         // 1 waits for b (held by 2), 2 waits for c (held by 3).
         let (ta, tb) = (t.clone(), t.clone());
-        let w1 = std::thread::spawn(move || ta.acquire(1, b"b", true, None));
+        let w1 = std::thread::spawn(move || ta.acquire(1, b"b", true, None, None));
         std::thread::sleep(Duration::from_millis(30));
-        let w2 = std::thread::spawn(move || tb.acquire(2, b"c", true, None));
+        let w2 = std::thread::spawn(move || tb.acquire(2, b"c", true, None, None));
         std::thread::sleep(Duration::from_millis(30));
         // 3 asking for a (held by 1) closes 3 → 1 → 2 → 3.
         assert!(matches!(
-            t.acquire(3, b"a", true, None),
+            t.acquire(3, b"a", true, None, None),
             Err(Error::Deadlock)
         ));
         // 3 gives up: 2 gets c, then 2 ends and 1 gets b.
@@ -224,16 +252,42 @@ mod tests {
     #[test]
     fn a_bounded_wait_times_out() {
         let t = LockTable::default();
-        t.acquire(1, b"k", true, None).unwrap();
+        t.acquire(1, b"k", true, None, None).unwrap();
         let started = Instant::now();
         assert!(matches!(
-            t.acquire(2, b"k", true, Some(Duration::from_millis(40))),
+            t.acquire(2, b"k", true, Some(Duration::from_millis(40)), None),
             Err(Error::LockTimeout)
         ));
         assert!(started.elapsed() >= Duration::from_millis(40));
         // The timed-out request left no wait behind.
-        t.acquire(2, b"j", true, None).unwrap();
+        t.acquire(2, b"j", true, None, None).unwrap();
         t.release(2, &[b"j".to_vec()]);
         assert!(!t.state().waiting.contains_key(&2));
+    }
+}
+
+#[cfg(test)]
+mod interrupt_tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn an_interrupt_stops_a_wait() {
+        let t = Arc::new(LockTable::default());
+        t.acquire(1, b"k", true, None, None).unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+        let (t2, f2) = (t.clone(), flag.clone());
+        let waiter = std::thread::spawn(move || t2.acquire(2, b"k", true, None, Some(&f2)));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!waiter.is_finished());
+        flag.store(true, Ordering::Release);
+        t.wake_all();
+        assert!(matches!(waiter.join().unwrap(), Err(Error::Interrupted)));
+        assert!(!t.state().waiting.contains_key(&2));
+        // A raised flag only matters to a wait: a free lock is still taken.
+        assert_eq!(
+            t.acquire(2, b"j", true, None, Some(&flag)).unwrap(),
+            Acquired::Free
+        );
     }
 }
