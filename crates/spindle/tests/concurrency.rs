@@ -13,6 +13,11 @@ fn one_i64(s: &mut spindle::Session, sql: &str) -> i64 {
         .unwrap()
 }
 
+/// `n` of row 1 of `counters`, read by a new session.
+fn counter_1(db: &Database) -> i64 {
+    one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1")
+}
+
 fn commit_err(s: &mut spindle::Session) -> Option<String> {
     match s.run("COMMIT") {
         Ok(_) => None,
@@ -54,10 +59,7 @@ fn lost_update_is_prevented() {
     let (mut b, err) = b.join().unwrap();
     assert_eq!(err.as_deref(), Some("40001"));
     b.run("ROLLBACK").unwrap();
-    assert_eq!(
-        one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
-        1
-    );
+    assert_eq!(counter_1(&db), 1);
 }
 
 #[test]
@@ -400,10 +402,7 @@ fn concurrent_autocommit_increments_are_retried_not_lost() {
     for h in handles {
         h.join().unwrap();
     }
-    assert_eq!(
-        one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
-        THREADS * EACH
-    );
+    assert_eq!(counter_1(&db), THREADS * EACH);
     // Every statement ran by its plan (a conflicted attempt counts too).
     assert!(db.engine().fast_path_count() - before >= (THREADS * EACH) as u64);
 }
@@ -452,10 +451,7 @@ fn a_second_update_of_a_row_waits_for_the_first_and_sees_its_value() {
     assert_eq!(err, None, "b continues from a's value instead of aborting");
     assert_eq!(one_i64(&mut b, "SELECT n FROM counters WHERE id = 1"), 11);
     assert_eq!(commit_err(&mut b), None);
-    assert_eq!(
-        one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
-        11
-    );
+    assert_eq!(counter_1(&db), 11);
 }
 
 #[test]
@@ -577,8 +573,5 @@ fn an_autocommit_update_whose_refresh_fails_is_retried() {
     assert_eq!(commit_err(&mut a), None);
     let (_, err) = waiting.join().unwrap();
     assert_eq!(err, None);
-    assert_eq!(
-        one_i64(&mut db.session(), "SELECT n FROM counters WHERE id = 1"),
-        11
-    );
+    assert_eq!(counter_1(&db), 11);
 }

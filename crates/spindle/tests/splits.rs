@@ -129,17 +129,7 @@ fn a_loaded_split_is_not_cut_again_on_every_commit() {
     db.engine()
         .manager()
         .set_load_split_after(std::time::Duration::ZERO);
-    db.execute(
-        "CREATE TABLE t (k INT64 NOT NULL, v INT64) PRIMARY KEY (k)",
-        &[],
-    )
-    .unwrap();
-    // More writes in one commit than the load-split rate per minute.
-    db.execute(
-        "INSERT INTO t SELECT i, 0 FROM generate_series(1, 61000) AS g(i)",
-        &[],
-    )
-    .unwrap();
+    create_and_load(&db);
     let splits = || db.engine().manager().split_stats().unwrap().len();
     let after_load = splits();
     // Commits into the first split, which still carries that load.
@@ -165,13 +155,14 @@ fn a_loaded_split_is_not_cut_again_on_every_commit() {
     assert_eq!(n, 30);
 }
 
-fn load_then_update(db: &Database) {
+/// Creates `t` and writes more rows in one commit than the load-split
+/// rate per minute.
+fn create_and_load(db: &Database) {
     db.execute(
         "CREATE TABLE t (k INT64 NOT NULL, v INT64) PRIMARY KEY (k)",
         &[],
     )
     .unwrap();
-    // More writes in one commit than the load-split rate per minute.
     db.execute(
         "INSERT INTO t SELECT i, 0 FROM generate_series(1, 61000) AS g(i)",
         &[],
@@ -195,7 +186,7 @@ fn update_a_few(db: &Database) {
 #[test]
 fn a_write_burst_does_not_cut_a_split_for_load() {
     let db = Database::open_in_memory().unwrap();
-    load_then_update(&db);
+    create_and_load(&db);
     update_a_few(&db);
     let stats = db.engine().manager().split_stats().unwrap();
     assert_eq!(stats.len(), 1, "{stats:?}");
@@ -209,7 +200,7 @@ fn sustained_load_cuts_a_split() {
     db.engine()
         .manager()
         .set_load_split_after(std::time::Duration::from_millis(300));
-    load_then_update(&db);
+    create_and_load(&db);
     update_a_few(&db);
     assert_eq!(db.engine().manager().split_stats().unwrap().len(), 1);
     std::thread::sleep(std::time::Duration::from_millis(350));
