@@ -431,16 +431,23 @@ fn counters(db: &Database, rows: i64) {
     }
 }
 
+/// Two rows of `counters` and two sessions in transaction blocks, the
+/// first holding row 1's lock (it updated it).
+fn counters_and_a_locked_row(db: &Database) -> (spindle::Session, spindle::Session) {
+    counters(db, 2);
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    b.run("BEGIN").unwrap();
+    a.run("UPDATE counters SET n = n + 1 WHERE id = 1").unwrap();
+    (a, b)
+}
+
 const WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 #[test]
 fn a_second_update_of_a_row_waits_for_the_first_and_sees_its_value() {
     let db = Database::open_in_memory().unwrap();
-    counters(&db, 2);
-    let (mut a, mut b) = (db.session(), db.session());
-    a.run("BEGIN").unwrap();
-    b.run("BEGIN").unwrap();
-    a.run("UPDATE counters SET n = n + 1 WHERE id = 1").unwrap();
+    let (mut a, mut b) = counters_and_a_locked_row(&db);
     // b read another row first: its snapshot predates a's commit.
     assert_eq!(one_i64(&mut b, "SELECT n FROM counters WHERE id = 2"), 0);
     let waiting = spawn_run(b, "UPDATE counters SET n = n + 10 WHERE id = 1");
@@ -457,11 +464,7 @@ fn a_second_update_of_a_row_waits_for_the_first_and_sees_its_value() {
 #[test]
 fn crossed_updates_end_in_a_deadlock_error_for_one_side() {
     let db = Database::open_in_memory().unwrap();
-    counters(&db, 2);
-    let (mut a, mut b) = (db.session(), db.session());
-    a.run("BEGIN").unwrap();
-    b.run("BEGIN").unwrap();
-    a.run("UPDATE counters SET n = n + 1 WHERE id = 1").unwrap();
+    let (a, mut b) = counters_and_a_locked_row(&db);
     b.run("UPDATE counters SET n = n + 1 WHERE id = 2").unwrap();
     let waiting = spawn_run(a, "UPDATE counters SET n = n + 1 WHERE id = 2");
     std::thread::sleep(WAIT);
