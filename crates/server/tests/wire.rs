@@ -1116,6 +1116,7 @@ async fn replies_wait_for_sync_or_flush() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_lock_waits_deadlocks_and_timeouts_over_the_wire() {
+    use std::time::Duration;
     let addr = start(None).await;
     let (a, b) = (connect(addr).await, connect(addr).await);
     a.batch_execute(
@@ -1124,7 +1125,7 @@ async fn row_lock_waits_deadlocks_and_timeouts_over_the_wire() {
     )
     .await
     .unwrap();
-    let wait = std::time::Duration::from_millis(100);
+    let wait = Duration::from_millis(100);
 
     // A second update of a row waits for the first and continues from it.
     a.batch_execute("BEGIN; UPDATE acc SET n = n + 1 WHERE id = 1")
@@ -1145,22 +1146,40 @@ async fn row_lock_waits_deadlocks_and_timeouts_over_the_wire() {
         .get(0);
     assert_eq!(n, 11);
 
-    // Crossed updates: one side gets 40P01 at once, the other goes on.
+    // Crossed updates: whichever side closes the cycle gets 40P01 at once
+    // (normally b, which asks second) and rolls back; the other goes on.
     a.batch_execute("BEGIN; UPDATE acc SET n = n + 1 WHERE id = 1")
         .await
         .unwrap();
     b.batch_execute("BEGIN; UPDATE acc SET n = n + 1 WHERE id = 2")
         .await
         .unwrap();
-    let waiting = a.execute(update, &[&1i64, &2i64]);
-    tokio::pin!(waiting);
-    assert!(tokio::time::timeout(wait, &mut waiting).await.is_err());
-    let e = b.execute(update, &[&1i64, &1i64]).await.unwrap_err();
+    async fn ask(
+        c: &Client,
+        sql: &str,
+        id: i64,
+        delay: Duration,
+    ) -> Result<u64, tokio_postgres::Error> {
+        tokio::time::sleep(delay).await;
+        let r = c.execute(sql, &[&1i64, &id]).await;
+        if r.is_err() {
+            c.batch_execute("ROLLBACK").await.unwrap();
+        }
+        r
+    }
+    let (ra, rb) = tokio::join!(ask(&a, update, 2, Duration::ZERO), ask(&b, update, 1, wait));
+    let e = match (ra, rb) {
+        (Ok(1), Err(e)) | (Err(e), Ok(1)) => e,
+        other => panic!("exactly one side must fail: {other:?}"),
+    };
     assert_eq!(sqlstate(&e), "40P01", "{e}");
-    b.batch_execute("ROLLBACK").await.unwrap();
-    assert_eq!(waiting.await.unwrap(), 1);
+    a.batch_execute("COMMIT").await.unwrap();
+    b.batch_execute("COMMIT").await.unwrap();
 
     // lock_timeout: 55P03 once the wait passes it.
+    a.batch_execute("BEGIN; UPDATE acc SET n = n + 1 WHERE id = 2")
+        .await
+        .unwrap();
     b.batch_execute("SET lock_timeout = '50ms'").await.unwrap();
     let e = b
         .simple_query("UPDATE acc SET n = 0 WHERE id = 2")
@@ -1168,15 +1187,15 @@ async fn row_lock_waits_deadlocks_and_timeouts_over_the_wire() {
         .unwrap_err();
     assert_eq!(sqlstate(&e), "55P03", "{e}");
     a.batch_execute("COMMIT").await.unwrap();
+    async fn n_of_2(c: &Client) -> i64 {
+        let row = c.query_one("SELECT n FROM acc WHERE id = 2", &[]).await;
+        row.unwrap().get::<_, i64>(0)
+    }
+    let before = n_of_2(&b).await;
     b.batch_execute("UPDATE acc SET n = n * 2 WHERE id = 2")
         .await
         .unwrap();
-    let n: i64 = b
-        .query_one("SELECT n FROM acc WHERE id = 2", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(n, 2);
+    assert_eq!(n_of_2(&b).await, before * 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -466,19 +466,37 @@ fn crossed_updates_end_in_a_deadlock_error_for_one_side() {
     let db = Database::open_in_memory().unwrap();
     let (a, mut b) = counters_and_a_locked_row(&db);
     b.run("UPDATE counters SET n = n + 1 WHERE id = 2").unwrap();
-    let waiting = spawn_run(a, "UPDATE counters SET n = n + 1 WHERE id = 2");
+    // Each side asks for the other's row; whichever closes the cycle gets
+    // 40P01 (normally b, which asks second, but a slow start of a's thread
+    // may swap them) and rolls back, and the other goes on.
+    let run = |mut s: spindle::Session, sql: &'static str| {
+        std::thread::spawn(move || {
+            let err = s.run(sql).err();
+            if err.is_some() {
+                s.run("ROLLBACK").unwrap();
+            }
+            (s, err)
+        })
+    };
+    let wa = run(a, "UPDATE counters SET n = n + 1 WHERE id = 2");
     std::thread::sleep(WAIT);
-    assert!(!waiting.is_finished());
-    let err = b.run("DELETE FROM counters WHERE id = 1").unwrap_err();
-    assert_eq!(err.sqlstate(), "40P01");
+    let wb = run(b, "DELETE FROM counters WHERE id = 1");
+    let (mut a, ea) = wa.join().unwrap();
+    let (mut b, eb) = wb.join().unwrap();
+    let a_won = eb.is_some();
+    let err = match (ea, eb) {
+        (Some(e), None) | (None, Some(e)) => e,
+        other => panic!("exactly one side must fail: {other:?}"),
+    };
+    assert_eq!(err.sqlstate(), "40P01", "{err}");
     assert!(err.is_retryable());
-    b.run("ROLLBACK").unwrap();
-    let (mut a, err) = waiting.join().unwrap();
-    assert_eq!(err, None);
+    // The winner commits; the loser's COMMIT finds no transaction block.
     assert_eq!(commit_err(&mut a), None);
+    assert_eq!(commit_err(&mut b), None);
     let mut s = db.session();
-    assert_eq!(one_i64(&mut s, "SELECT sum(n) FROM counters"), 2);
-    assert_eq!(one_i64(&mut s, "SELECT count(*) FROM counters"), 2);
+    let (sum, count) = if a_won { (2, 2) } else { (1, 1) };
+    assert_eq!(one_i64(&mut s, "SELECT sum(n) FROM counters"), sum);
+    assert_eq!(one_i64(&mut s, "SELECT count(*) FROM counters"), count);
 }
 
 #[test]
