@@ -596,3 +596,45 @@ fn an_autocommit_update_whose_refresh_fails_is_retried() {
     assert_eq!(err, None);
     assert_eq!(counter_1(&db), 11);
 }
+
+#[test]
+fn select_for_update_by_key_waits_for_the_row_lock() {
+    // Read-then-write with FOR UPDATE: the second reader waits for the
+    // first writer's commit and reads its value, so neither aborts (without
+    // the lock, b would compute from 0 and fail with 40001 at commit).
+    let db = Database::open_in_memory().unwrap();
+    counters(&db, 1);
+    let (mut a, mut b) = (db.session(), db.session());
+    a.run("BEGIN").unwrap();
+    b.run("BEGIN").unwrap();
+    let read = "SELECT n FROM counters WHERE id = $1 FOR UPDATE";
+    let write = "UPDATE counters SET n = $1 WHERE id = 1";
+    let na = a.query(read, &[Value::Int64(1)]).unwrap().rows().unwrap()[0]
+        .get::<i64>(0)
+        .unwrap();
+    let waiting = std::thread::spawn(move || {
+        let nb = b.query(read, &[Value::Int64(1)]).unwrap().rows().unwrap()[0]
+            .get::<i64>(0)
+            .unwrap();
+        b.execute(write, &[Value::Int64(nb + 1)]).unwrap();
+        (nb, commit_err(&mut b))
+    });
+    std::thread::sleep(WAIT);
+    assert!(!waiting.is_finished(), "b's FOR UPDATE waits for a's lock");
+    a.execute(write, &[Value::Int64(na + 1)]).unwrap();
+    assert_eq!(commit_err(&mut a), None);
+    assert_eq!(waiting.join().unwrap(), (1, None));
+    assert_eq!(counter_1(&db), 2);
+
+    // In a read-only transaction FOR UPDATE is a plain read: no wait.
+    a.run("BEGIN").unwrap();
+    a.run("UPDATE counters SET n = 9 WHERE id = 1").unwrap();
+    let mut c = db.session();
+    c.run("BEGIN READ ONLY").unwrap();
+    assert_eq!(
+        one_i64(&mut c, "SELECT n FROM counters WHERE id = 1 FOR UPDATE"),
+        2
+    );
+    c.run("COMMIT").unwrap();
+    a.run("ROLLBACK").unwrap();
+}

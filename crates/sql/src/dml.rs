@@ -1182,11 +1182,11 @@ impl PointUpdate {
     }
 }
 
-/// Takes the write lock on the row `key` before an UPDATE or DELETE by
-/// primary key reads it ([`spindle_txn::Transaction::lock_key`]): a
+/// Takes the write lock on the row `key` before an UPDATE, DELETE or
+/// SELECT … FOR UPDATE by primary key reads it ([`spindle_txn::Transaction::lock_key`]): a
 /// concurrent writer of the row is waited for, off the async runtime,
 /// instead of being conflicted with at commit.
-fn lock_row(ctx: &StatementContext, key: &[u8]) -> Result<()> {
+pub(crate) fn lock_row(ctx: &StatementContext, key: &[u8]) -> Result<()> {
     if ctx.lock()?.lock_key(key, false)? {
         return Ok(());
     }

@@ -435,6 +435,9 @@ fn scan_bounds(
 /// range]>`: everything but the parameters' values.
 #[derive(Debug)]
 pub(crate) struct SelectPlan {
+    /// `… FOR UPDATE`: a point read takes the row's write lock first
+    /// ([`crate::dml::lock_row`]); a range takes the general path.
+    pub(crate) for_update: bool,
     table: Table,
     /// Output columns: indexes into `table.columns`.
     out: Vec<usize>,
@@ -448,11 +451,12 @@ pub(crate) struct SelectPlan {
 pub(crate) fn point_select(
     ctx: &StatementContext,
     stmt: &ast::Statement,
+    read_only: bool,
 ) -> Result<Option<Output>> {
     let catalog = ctx.catalog()?;
     match plan_select(&catalog, stmt) {
-        Some(plan) => run_select(ctx, &catalog, &plan, &[]),
-        None => Ok(None),
+        Some(plan) if !(plan.for_update && read_only) => run_select(ctx, &catalog, &plan, &[]),
+        _ => Ok(None),
     }
 }
 
@@ -472,7 +476,23 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
     // (ORDER BY, LIMIT, DISTINCT, GROUP BY, WITH, locking, …).
     let items: Vec<String> = s.projection.iter().map(|p| p.to_string()).collect();
     let canonical = format!("SELECT {} FROM {from} WHERE {selection}", items.join(", "));
-    if s.to_string() != canonical || q.to_string() != canonical {
+    // The one locking clause taken: a plain FOR UPDATE (no OF, NOWAIT or
+    // SKIP LOCKED).
+    let for_update = match q.locks.as_slice() {
+        [] => false,
+        [ast::LockClause {
+            lock_type: ast::LockType::Update,
+            of: None,
+            nonblock: None,
+        }] => true,
+        _ => return None,
+    };
+    let query_text = if for_update {
+        format!("{canonical} FOR UPDATE")
+    } else {
+        canonical.clone()
+    };
+    if s.to_string() != canonical || q.to_string() != query_text {
         return None;
     }
     let (table, qualifiers) = single_table(catalog, from)?;
@@ -529,6 +549,7 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
         })
         .collect();
     Some(SelectPlan {
+        for_update,
         table: table.clone(),
         out: out.into_iter().map(|(i, _)| i).collect(),
         schema: Arc::new(Schema::new(fields)),
@@ -558,12 +579,17 @@ pub(crate) fn run_select(
             let Ok(key) = catalog.encode_key(&table.name, &eq) else {
                 return Ok(None);
             };
+            if plan.for_update {
+                crate::dml::lock_row(ctx, &key)?;
+            }
             let stored = ctx.lock()?.get(&key).map_err(Error::from)?;
             match stored {
                 None => Vec::new(),
                 Some(v) => vec![crate::dml::stored_row(table, &eq, &v)?],
             }
         }
+        // FOR UPDATE over a range: the general path (which takes no lock).
+        KeyRange::Scan { .. } if plan.for_update => return Ok(None),
         KeyRange::Scan { eq, lower, upper } => {
             let chain = catalog.ancestry(&table.name)?;
             let Some((start, end)) =

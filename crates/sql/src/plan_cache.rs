@@ -65,9 +65,12 @@ impl FastPlan {
         }
     }
 
-    /// Whether running the plan writes (refused in a read-only transaction).
+    /// Whether running the plan writes or locks (refused in a read-only
+    /// transaction).
     pub(crate) fn writes(&self) -> bool {
-        !matches!(self, FastPlan::Select(_))
+        // SELECT … FOR UPDATE locks: not in a read-only transaction (where
+        // the general path runs it as a plain SELECT).
+        !matches!(self, FastPlan::Select(p) if !p.for_update)
     }
 
     /// Runs the plan in `ctx`'s transaction, whose catalog is `catalog`

@@ -380,7 +380,7 @@ impl StatementContext {
                 })
             }
             Statement::Query(q) => {
-                if let Some(out) = crate::fastpath::point_select(self, &q)? {
+                if let Some(out) = crate::fastpath::point_select(self, &q, read_only)? {
                     self.engine.count_fast_path();
                     return Ok(out);
                 }
