@@ -69,10 +69,11 @@
 //! [`Error::Conflict`] (SQLSTATE 40001) and is retried by its caller.
 //! Read-only transactions skip validation and always commit.
 //!
-//! Updates and deletes by primary key first take the row's write lock
-//! ([`locks`]): a second writer of a hot row waits for the first to commit
-//! and then moves its snapshot forward (a *refresh*, valid only if nothing
-//! it read changed meanwhile) instead of aborting. Locks only order
+//! Updates, deletes and `SELECT … FOR UPDATE` by primary key first take
+//! the row's write lock ([`locks`]): a second writer of a hot row waits for
+//! the first to commit and then moves its snapshot forward (a *refresh*,
+//! valid only if nothing it read changed meanwhile) instead of aborting.
+//! Locks only order
 //! writers; validation above still decides every commit. A wait that
 //! would close a cycle fails with [`Error::Deadlock`] (40P01).
 //!

@@ -3,8 +3,8 @@
 //! Optimistic validation alone aborts every transaction that updated a row
 //! another transaction updated after its snapshot — under contention on a
 //! few rows (a branch balance, a counter) most of them. A statement that
-//! updates or deletes a row by its primary key therefore first takes the
-//! row's write lock; a second writer of the same row waits for the first
+//! updates or deletes a row by its primary key (or reads one with
+//! `SELECT … FOR UPDATE`) therefore first takes the row's write lock; a second writer of the same row waits for the first
 //! to finish instead of computing from a value that is about to change.
 //!
 //! ```text
