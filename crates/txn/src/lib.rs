@@ -73,9 +73,8 @@
 //! the row's write lock ([`locks`]): a second writer of a hot row waits for
 //! the first to commit and then moves its snapshot forward (a *refresh*,
 //! valid only if nothing it read changed meanwhile) instead of aborting.
-//! Locks only order
-//! writers; validation above still decides every commit. A wait that
-//! would close a cycle fails with [`Error::Deadlock`] (40P01).
+//! Locks only order writers; validation above still decides every commit.
+//! A wait that would close a cycle fails with [`Error::Deadlock`] (40P01).
 //!
 //! The write sets of recent commits are kept in memory ([`CommitLog`]) until
 //! no active transaction's snapshot is older than them. Every transaction
