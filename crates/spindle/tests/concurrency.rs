@@ -636,5 +636,10 @@ fn select_for_update_by_key_waits_for_the_row_lock() {
         2
     );
     c.run("COMMIT").unwrap();
+    // Over a key range FOR UPDATE takes no lock either (the general path).
+    assert_eq!(
+        one_i64(&mut c, "SELECT n FROM counters WHERE id >= 1 FOR UPDATE"),
+        2
+    );
     a.run("ROLLBACK").unwrap();
 }

@@ -1326,11 +1326,11 @@ fn delete_rows(
         if !seen.insert(key.clone()) {
             continue;
         }
+        if by_key {
+            lock_row(ctx, &key)?;
+        }
         let deleted = crate::blocking(|| -> Result<bool> {
             let mut txn = ctx.lock()?;
-            if by_key {
-                txn.lock_key(&key, true)?;
-            }
             if txn.get(&key)?.is_none() {
                 return Ok(false); // already removed by an earlier cascade in this statement
             }

@@ -435,8 +435,8 @@ fn scan_bounds(
 /// range]>`: everything but the parameters' values.
 #[derive(Debug)]
 pub(crate) struct SelectPlan {
-    /// `… FOR UPDATE`: a point read takes the row's write lock first
-    /// ([`crate::dml::lock_row`]); a range takes the general path.
+    /// `… FOR UPDATE` of one row by its full key: the point read takes the
+    /// row's write lock first ([`crate::dml::lock_row`]).
     pub(crate) for_update: bool,
     table: Table,
     /// Output columns: indexes into `table.columns`.
@@ -540,6 +540,13 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
         return None;
     }
     let range = match_key_range(table, &qualifiers, Some(selection))?;
+    // FOR UPDATE locks one row, named by its full key; over a range it
+    // takes the general path (which takes no lock).
+    let point = matches!(&range, KeyRange::Scan { eq, lower: None, upper: None }
+        if eq.len() == table.primary_key.len());
+    if for_update && !point && !matches!(range, KeyRange::Nothing) {
+        return None;
+    }
     let full = table_schema(table, true);
     let fields: Vec<Field> = out
         .iter()
@@ -588,8 +595,6 @@ pub(crate) fn run_select(
                 Some(v) => vec![crate::dml::stored_row(table, &eq, &v)?],
             }
         }
-        // FOR UPDATE over a range: the general path (which takes no lock).
-        KeyRange::Scan { .. } if plan.for_update => return Ok(None),
         KeyRange::Scan { eq, lower, upper } => {
             let chain = catalog.ancestry(&table.name)?;
             let Some((start, end)) =

@@ -955,10 +955,10 @@ impl Session {
                 let tag = Statement::Setting(setting.clone()).tag();
                 let applied = self.settings.apply(&setting)?;
                 if let Some(txn) = &self.txn {
-                    let timeout = self.settings.lock_timeout();
-                    txn.lock()
-                        .map_err(|_| Error::Internal("transaction lock poisoned".into()))?
-                        .set_lock_timeout(timeout);
+                    let mut txn = txn
+                        .lock()
+                        .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
+                    self.configure(&mut txn);
                 }
                 match applied {
                     None => Ok(Output::command(tag)),
