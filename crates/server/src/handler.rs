@@ -139,6 +139,19 @@ impl Drop for Conn {
     }
 }
 
+impl Shared {
+    /// Raises every connection's interrupt flag and wakes the statements
+    /// waiting for row locks (shutdown after its grace period).
+    pub(crate) fn interrupt_all(&self) {
+        if let Ok(map) = self.interrupts.lock() {
+            for flag in map.values() {
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+        self.engine.manager().wake_lock_waiters();
+    }
+}
+
 /// Cancel requests: pgwire's (the running statement's future is dropped)
 /// plus the connection's interrupt flag, which stops a wait for a row lock.
 pub(crate) struct CancelHandler {

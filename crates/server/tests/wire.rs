@@ -1257,3 +1257,41 @@ async fn cancel_request_stops_a_wait_for_a_row_lock() {
         .await;
     assert_eq!(row.unwrap().get::<_, i64>(0), 2);
 }
+
+/// Each connection runs on a thread of its own with a single-threaded
+/// runtime; DataFusion plans run on the server's multi-threaded runtime,
+/// where a correlated subquery (evaluated per outer row by blocking on a
+/// nested plan) can run. Without that hand-off it fails with "correlated
+/// subqueries need a multi-threaded runtime".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn general_plans_run_on_the_shared_runtime() {
+    let addr = start(None).await;
+    let c = connect(addr).await;
+    c.batch_execute(
+        "CREATE TABLE t1 (a INT64 NOT NULL, c INT64) PRIMARY KEY (a);
+         INSERT INTO t1 VALUES (1, 10), (2, 30), (3, 20), (4, NULL)",
+    )
+    .await
+    .unwrap();
+    let sql = "SELECT a, (SELECT count(*) FROM t1 AS x WHERE x.c > t1.c) FROM t1 ORDER BY a";
+    let expected = vec![(1, 2), (2, 0), (3, 1), (4, 0)];
+    for rows in [
+        c.query(sql, &[]).await.unwrap(),
+        c.query(&c.prepare(sql).await.unwrap(), &[]).await.unwrap(),
+    ] {
+        let got: Vec<(i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        assert_eq!(got, expected);
+    }
+    let simple = c.simple_query(sql).await.unwrap();
+    let n = simple
+        .iter()
+        .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(n, 4);
+    // A statement error from the executor reaches the client as usual.
+    let e = c
+        .query("SELECT a / (c - c) FROM t1 WHERE a = 1 OR c > 0", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{e:?}");
+}

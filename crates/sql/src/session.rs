@@ -81,7 +81,15 @@ pub struct Engine {
     normalized: Mutex<HashMap<String, Option<Arc<Parsed>>>>,
     /// Statements that took the fast path ([`crate::fastpath`]).
     fast_path: std::sync::atomic::AtomicU64,
+    /// The multi-threaded runtime DataFusion plans run on when a session
+    /// is driven from a single-threaded one ([`Engine::set_executor`]).
+    executor: std::sync::OnceLock<tokio::runtime::Handle>,
 }
+
+/// [`Engine::set_executor`]'s runtime, carried in a statement's DataFusion
+/// configuration to [`run_plan`].
+#[derive(Debug)]
+struct Executor(tokio::runtime::Handle);
 
 /// Most statements [`Engine`] keeps parsed.
 const PARSE_CACHE_ENTRIES: usize = 1024;
@@ -117,7 +125,21 @@ impl Engine {
             parsed: Mutex::new(HashMap::new()),
             normalized: Mutex::new(HashMap::new()),
             fast_path: Default::default(),
+            executor: Default::default(),
         }))
+    }
+
+    /// Runs the DataFusion plans of sessions driven from a single-threaded
+    /// runtime on `handle` (a multi-threaded runtime) instead: the server
+    /// serves each connection on its own thread, where the protocol and
+    /// the fast path run without hand-offs between threads, while a
+    /// query's partitions, scans and correlated subqueries still use every
+    /// core. Planning stays on the session's thread; only execution moves.
+    /// The first handle set stays; a single-threaded `handle` is ignored.
+    pub fn set_executor(&self, handle: tokio::runtime::Handle) {
+        if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            let _ = self.executor.set(handle);
+        }
     }
 
     /// How many statements took the fast path (point SELECT, UPDATE and
@@ -228,6 +250,11 @@ impl Engine {
         let options = Arc::new(state.config_options().as_ref().clone());
         state.execution_props_mut().mark_start_execution(options);
         crate::pg_catalog::register_catalog_functions(&mut state, catalog)?;
+        if let Some(handle) = self.executor.get() {
+            state
+                .config_mut()
+                .set_extension(Arc::new(Executor(handle.clone())));
+        }
         Ok(state)
     }
 }
@@ -462,7 +489,7 @@ pub(crate) async fn run_plan(
         .query_planner()
         .create_physical_plan(&optimized, &state)
         .await?;
-    let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
+    let batches = collect(physical, &state).await?;
     match restore_output_names(&schema) {
         Some(named) => {
             // Each batch renamed by its own schema: its types may differ
@@ -478,6 +505,52 @@ pub(crate) async fn run_plan(
             Ok((named, batches))
         }
         None => Ok((schema, batches)),
+    }
+}
+
+/// Runs `physical` to completion: on the [`Executor`] when the calling
+/// thread drives a single-threaded runtime and one is set, in place
+/// otherwise. Dropping the returned future (a cancel request) aborts the
+/// execution wherever it runs.
+async fn collect(
+    physical: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    state: &SessionState,
+) -> datafusion::error::Result<Vec<RecordBatch>> {
+    let task_ctx = state.task_ctx();
+    let single_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+    match state.config().get_extension::<Executor>() {
+        Some(executor) if single_threaded => {
+            let task = AbortOnDrop(
+                executor
+                    .0
+                    .spawn(datafusion::physical_plan::collect(physical, task_ctx)),
+            );
+            task.await.map_err(|e| {
+                datafusion::error::DataFusionError::Execution(format!("query execution: {e}"))
+            })?
+        }
+        _ => datafusion::physical_plan::collect(physical, task_ctx).await,
+    }
+}
+
+/// A spawned task that is aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
