@@ -3,8 +3,10 @@
 //! The store keeps every committed version of every logical key, tagged with
 //! its commit timestamp, in one sled tree. Readers pick a timestamp and see
 //! exactly the versions committed at or before it; a commit writes all its
-//! versions with one atomic `apply_batch` and then flushes, so a crash
-//! leaves either all of a commit or none of it.
+//! versions with one atomic `apply_batch`, appends the same writes to the
+//! write-ahead log ([`wal`]) and flushes the log (one `write`, one
+//! `fdatasync`), so a crash leaves either all of a commit or none of it,
+//! and an acknowledged commit is replayed if sled had not yet written it.
 //!
 //! ## Physical layout
 //!
@@ -60,6 +62,7 @@
 //!   ([`Store::open`]; idempotent, so a crash during it is harmless).
 
 pub mod splits;
+mod wal;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,6 +70,8 @@ use tracing::debug;
 
 const META_PREFIX: &[u8] = b"\xFFmeta/";
 const META_LAST_TS: &[u8] = b"\xFFmeta/last_commit_ts";
+/// The last write-ahead log record sled's state includes ([`wal`]).
+const META_WAL_LSN: &[u8] = b"\xFFmeta/wal_lsn";
 /// How long [`Store::open`] waits for a lock the previous handle of the
 /// same directory (in this process) is still releasing.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -110,11 +115,12 @@ pub struct Store {
     /// Highest timestamp whose commit is fully applied; readers use it.
     visible_ts: AtomicU64,
     temporary: bool,
-    /// sled's log file, for `fdatasync` after each flush: sled makes its
-    /// writes with `sync_file_range`, which neither flushes the disk's
-    /// write cache nor the file's metadata, so a power failure could lose
-    /// an acknowledged commit. `None` for temporary stores.
-    log_file: Option<std::fs::File>,
+    /// sled's data file and the write-ahead log that makes commits durable
+    /// ([`wal`]); the file is `fdatasync`ed after sled's own flushes
+    /// (sled writes with `sync_file_range`, which flushes neither the
+    /// disk's write cache nor the file's metadata). `None` for temporary
+    /// stores.
+    durable: Option<(std::fs::File, wal::Wal)>,
 }
 
 impl Store {
@@ -141,8 +147,12 @@ impl Store {
                 r => break r?,
             }
         };
+        let db_file = std::fs::File::open(path.join("db"))?;
+        // Replayed before anything is read: the last commit timestamp may
+        // be in the log.
+        let wal = wal::Wal::recover(path, &db, &db_file)?;
         let mut store = Self::from_db(db, false)?;
-        store.log_file = Some(std::fs::File::open(path.join("db"))?);
+        store.durable = Some((db_file, wal));
         Ok(store)
     }
 
@@ -166,7 +176,7 @@ impl Store {
             db,
             visible_ts: AtomicU64::new(last),
             temporary,
-            log_file: None,
+            durable: None,
         };
         if store.db.get(META_LAYOUT)?.as_deref() != Some(&[LAYOUT_HEADS]) {
             store.convert_to_heads()?;
@@ -248,13 +258,24 @@ impl Store {
     /// [`Store::flush`] makes it durable (group commit).
     pub fn apply_unsynced(&self, batch: Batch) -> Result<()> {
         let ops = self.resolve_heads(batch)?;
-        self.db.apply_batch(ops)?;
-        Ok(())
+        match &self.durable {
+            Some((_, wal)) => wal.apply(&self.db, &ops),
+            None => {
+                let mut b = sled::Batch::default();
+                for (k, v) in ops {
+                    match v {
+                        Some(v) => b.insert(k, v),
+                        None => b.remove(k),
+                    }
+                }
+                Ok(self.db.apply_batch(b)?)
+            }
+        }
     }
 
     /// The physical writes of `batch`: each version becomes its key's new
     /// head, and the head it replaces moves to its timestamped slot.
-    fn resolve_heads(&self, batch: Batch) -> Result<sled::Batch> {
+    fn resolve_heads(&self, batch: Batch) -> Result<Vec<wal::Op>> {
         let Batch {
             mut inner,
             versions,
@@ -277,22 +298,25 @@ impl Store {
                 Some(old) => {
                     let (old_ts, old_payload) = decode_head(&old)?;
                     if old_ts < ts {
-                        inner.insert(physical_key(&key, old_ts), version_value(old_payload));
+                        inner.push((physical_key(&key, old_ts), Some(version_value(old_payload))));
                         Some(head_value(ts, value.as_deref()))
                     } else if old_ts == ts {
                         Some(head_value(ts, value.as_deref()))
                     } else {
-                        inner.insert(physical_key(&key, ts), version_value(value.as_deref()));
+                        inner.push((
+                            physical_key(&key, ts),
+                            Some(version_value(value.as_deref())),
+                        ));
                         None
                     }
                 }
             };
             match new_head {
                 Some(h) if !unique => {
-                    inner.insert(hk.clone(), h.clone());
+                    inner.push((hk.clone(), Some(h.clone())));
                     written.insert(hk, h);
                 }
-                Some(h) => inner.insert(hk, h),
+                Some(h) => inner.push((hk, Some(h))),
                 None => {}
             }
         }
@@ -302,13 +326,10 @@ impl Store {
     /// Makes everything applied so far durable: sled writes its log, then
     /// `fdatasync` flushes it through the disk's cache.
     pub fn flush(&self) -> Result<()> {
-        if !self.temporary {
-            self.db.flush()?;
-            if let Some(f) = &self.log_file {
-                f.sync_data()?;
-            }
+        match &self.durable {
+            Some((db_file, wal)) => wal.flush(&self.db, db_file),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Makes commits up to `ts` visible to new snapshots.
@@ -451,7 +472,7 @@ impl Store {
 #[derive(Default)]
 pub struct Batch {
     /// Metadata writes.
-    inner: sled::Batch,
+    inner: Vec<wal::Op>,
     /// Versions, turned into head writes when applied
     /// (`Store::resolve_heads`).
     versions: Vec<(Vec<u8>, Timestamp, Option<Vec<u8>>)>,
@@ -472,12 +493,12 @@ impl Batch {
     pub fn put_meta(&mut self, name: &str, value: Vec<u8>) {
         let mut key = META_PREFIX.to_vec();
         key.extend_from_slice(name.as_bytes());
-        self.inner.insert(key, value);
+        self.inner.push((key, Some(value)));
         self.len += 1;
     }
 
     fn put_meta_raw(&mut self, key: &[u8], value: Vec<u8>) {
-        self.inner.insert(key, value);
+        self.inner.push((key.to_vec(), Some(value)));
         self.len += 1;
     }
 
@@ -489,7 +510,7 @@ impl Batch {
     pub fn delete_meta(&mut self, name: &str) {
         let mut key = META_PREFIX.to_vec();
         key.extend_from_slice(name.as_bytes());
-        self.inner.remove(key);
+        self.inner.push((key, None));
         self.len += 1;
     }
 

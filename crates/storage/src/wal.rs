@@ -1,0 +1,383 @@
+//! # The write-ahead log: one device write and one `fdatasync` per flush
+//!
+//! sled makes a batch durable with two synchronous writes of its own (the
+//! batch's manifest, then its data, each followed by `sync_file_range`),
+//! and `sync_file_range` does not flush the disk's write cache, so the
+//! store used to add an `fdatasync` of sled's file: three device waits
+//! per commit (strace of a one-client TPC-B run: 0.15–0.25 ms, 0.09–0.11
+//! ms and 0.20 ms). With the log, a commit applies its batch to sled
+//! without flushing sled, appends the same operations to this log, and
+//! [`Wal::flush`] writes every record appended since the last flush with
+//! one `write` and one `fdatasync` (commits waiting meanwhile share it:
+//! group commit). sled writes its pages in the background as before.
+//!
+//! ```text
+//!   <dir>/wal: record*
+//!   record:  len u32 LE │ crc32 u32 LE (of payload) │ payload (len bytes)
+//!   payload: lsn u64 LE │ ops u32 LE │ op*
+//!   op:      00 │ klen u32 LE │ key                      (remove)
+//!            01 │ klen u32 LE │ key │ vlen u32 LE │ value (insert)
+//! ```
+//!
+//! Invariants:
+//! * Records get consecutive log sequence numbers (LSNs) in the order
+//!   their batches are applied to sled (both under the appender's lock),
+//!   and each sled batch also writes its LSN to `meta/wal_lsn`, so sled's
+//!   state after any crash holds exactly the records up to the LSN it
+//!   stores (sled recovers a prefix of its batches, each whole or not at
+//!   all).
+//! * Recovery ([`Wal::recover`]) replays, in order, the records whose LSN
+//!   is above sled's, stopping at the first torn or corrupt record (one
+//!   that was never acknowledged: a commit is acknowledged only after its
+//!   record's `fdatasync`). A record's operations are blind writes of
+//!   absolute values, so the replayed state is the state after the last
+//!   durable record. Then sled is flushed (and `fdatasync`ed) and the log
+//!   emptied.
+//! * A checkpoint empties the log once it passes [`CHECKPOINT_BYTES`]:
+//!   with the flush lock held (no record is being written), every record
+//!   in the file is already applied to sled, so flushing sled and
+//!   `fdatasync`ing its file makes the log unnecessary.
+//! * A commit that was applied to sled but whose record was not yet
+//!   flushed may survive a crash anyway (sled's background writer): it was
+//!   never acknowledged, and it survives whole or not at all.
+
+use std::fs::File;
+use std::io::{Read, Write as _};
+use std::path::Path;
+use std::sync::Mutex;
+
+use crate::{Error, Result};
+
+/// Log size after which a flush checkpoints (flushes sled, empties the
+/// log).
+pub const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+const OP_REMOVE: u8 = 0;
+const OP_INSERT: u8 = 1;
+
+/// One physical operation on sled: insert `key → value`, or remove `key`.
+pub(crate) type Op = (Vec<u8>, Option<Vec<u8>>);
+
+/// Records appended but not yet written, and the next LSN.
+struct Appender {
+    buf: Vec<u8>,
+    next_lsn: u64,
+}
+
+/// The log file and its size.
+struct Output {
+    file: File,
+    len: u64,
+}
+
+pub(crate) struct Wal {
+    appender: Mutex<Appender>,
+    output: Mutex<Output>,
+}
+
+impl Wal {
+    /// Opens `dir/wal`, replays into `db` the records sled does not have
+    /// (see the module docs), makes sled durable and empties the log.
+    /// `db_file` is sled's data file, `fdatasync`ed after sled's flush.
+    pub(crate) fn recover(dir: &Path, db: &sled::Db, db_file: &File) -> Result<Wal> {
+        let path = dir.join("wal");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let stored = stored_lsn(db)?;
+        let mut last = stored;
+        let mut replayed = 0usize;
+        for (lsn, ops) in Records(&bytes) {
+            if lsn <= stored {
+                continue;
+            }
+            db.apply_batch(sled_batch(&ops, lsn))?;
+            last = lsn;
+            replayed += 1;
+        }
+        if replayed > 0 || !bytes.is_empty() {
+            db.flush()?;
+            db_file.sync_data()?;
+            tracing::info!(replayed, lsn = last, "write-ahead log recovered");
+        }
+        file.set_len(0)?;
+        file.sync_all()?;
+        // Make the (possibly new) file's directory entry durable too.
+        File::open(dir)?.sync_all()?;
+        Ok(Wal {
+            appender: Mutex::new(Appender {
+                buf: Vec::new(),
+                next_lsn: last + 1,
+            }),
+            output: Mutex::new(Output { file, len: 0 }),
+        })
+    }
+
+    /// Applies `ops` to `db` as one atomic batch and appends them to the
+    /// log (not yet written: see [`Wal::flush`]).
+    pub(crate) fn apply(&self, db: &sled::Db, ops: &[Op]) -> Result<()> {
+        let mut app = self
+            .appender
+            .lock()
+            .map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?;
+        let lsn = app.next_lsn;
+        db.apply_batch(sled_batch(ops, lsn))?;
+        app.next_lsn += 1;
+        encode_record(&mut app.buf, lsn, ops);
+        Ok(())
+    }
+
+    /// Writes every record appended so far and waits for the disk
+    /// (`fdatasync`); checkpoints when the log has grown past
+    /// [`CHECKPOINT_BYTES`].
+    pub(crate) fn flush(&self, db: &sled::Db, db_file: &File) -> Result<()> {
+        let mut out = self
+            .output
+            .lock()
+            .map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?;
+        let pending = {
+            let mut app = self
+                .appender
+                .lock()
+                .map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?;
+            std::mem::take(&mut app.buf)
+        };
+        if !pending.is_empty() {
+            out.file.write_all(&pending)?;
+            out.file.sync_data()?;
+            out.len += pending.len() as u64;
+        }
+        if out.len >= CHECKPOINT_BYTES {
+            // Every record in the file was applied to sled before it was
+            // appended; records appended since `pending` was taken are
+            // still in the buffer and go to the emptied file next time.
+            db.flush()?;
+            db_file.sync_data()?;
+            out.file.set_len(0)?;
+            out.file.sync_all()?;
+            out.len = 0;
+            tracing::debug!("write-ahead log checkpointed");
+        }
+        Ok(())
+    }
+}
+
+/// The LSN sled's state includes (0 before the first logged batch).
+fn stored_lsn(db: &sled::Db) -> Result<u64> {
+    match db.get(crate::META_WAL_LSN)? {
+        None => Ok(0),
+        Some(v) => {
+            let b: [u8; 8] = v
+                .as_ref()
+                .try_into()
+                .map_err(|_| Error::Corrupt("bad meta/wal_lsn".into()))?;
+            Ok(u64::from_be_bytes(b))
+        }
+    }
+}
+
+fn sled_batch(ops: &[Op], lsn: u64) -> sled::Batch {
+    let mut batch = sled::Batch::default();
+    for (k, v) in ops {
+        match v {
+            Some(v) => batch.insert(k.as_slice(), v.as_slice()),
+            None => batch.remove(k.as_slice()),
+        }
+    }
+    batch.insert(crate::META_WAL_LSN, &lsn.to_be_bytes());
+    batch
+}
+
+fn encode_record(out: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]); // length and checksum, filled below
+    out.extend_from_slice(&lsn.to_le_bytes());
+    out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for (k, v) in ops {
+        out.push(if v.is_some() { OP_INSERT } else { OP_REMOVE });
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        if let Some(v) = v {
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(v);
+        }
+    }
+    let payload = &out[start + 8..];
+    let len = (payload.len() as u32).to_le_bytes();
+    let crc = crc32fast::hash(payload).to_le_bytes();
+    out[start..start + 4].copy_from_slice(&len);
+    out[start + 4..start + 8].copy_from_slice(&crc);
+}
+
+/// The intact records of a log, in order; ends at the first torn or
+/// corrupt one.
+struct Records<'a>(&'a [u8]);
+
+impl Iterator for Records<'_> {
+    type Item = (u64, Vec<Op>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut r = Reader(self.0);
+        let len = r.u32()? as usize;
+        let crc = r.u32()?;
+        let payload = r.take(len)?;
+        if crc32fast::hash(payload) != crc {
+            self.0 = &[];
+            return None;
+        }
+        self.0 = r.0;
+        let record = decode_payload(payload);
+        if record.is_none() {
+            self.0 = &[];
+        }
+        record
+    }
+}
+
+fn decode_payload(payload: &[u8]) -> Option<(u64, Vec<Op>)> {
+    let mut r = Reader(payload);
+    let lsn = r.u64()?;
+    let n = r.u32()? as usize;
+    let mut ops = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        let tag = r.take(1)?[0];
+        let klen = r.u32()? as usize;
+        let key = r.take(klen)?.to_vec();
+        let value = match tag {
+            OP_INSERT => {
+                let vlen = r.u32()? as usize;
+                Some(r.take(vlen)?.to_vec())
+            }
+            OP_REMOVE => None,
+            _ => return None,
+        };
+        ops.push((key, value));
+    }
+    Some((lsn, ops))
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(n: u8) -> Vec<Op> {
+        vec![
+            (vec![n, 1], Some(vec![n; 3])),
+            (vec![n, 2], None),
+            (vec![], Some(vec![])),
+        ]
+    }
+
+    #[test]
+    fn records_round_trip_and_stop_at_a_torn_or_corrupt_one() {
+        let mut log = Vec::new();
+        for lsn in 1..=3u64 {
+            encode_record(&mut log, lsn, &ops(lsn as u8));
+        }
+        let all: Vec<_> = Records(&log).collect();
+        assert_eq!(
+            all,
+            (1..=3u64).map(|l| (l, ops(l as u8))).collect::<Vec<_>>()
+        );
+        // A torn tail: every prefix yields the records that are whole.
+        let one = {
+            let mut b = Vec::new();
+            encode_record(&mut b, 1, &ops(1));
+            b.len()
+        };
+        for cut in 0..log.len() {
+            let n = Records(&log[..cut]).count();
+            assert_eq!(n, cut / one, "cut at {cut}");
+        }
+        // A flipped byte in the second record ends the log there.
+        let mut bad = log.clone();
+        bad[one + 12] ^= 0x40;
+        assert_eq!(Records(&bad).map(|(l, _)| l).collect::<Vec<_>>(), vec![1]);
+    }
+
+    fn get(db: &sled::Db, k: &[u8]) -> Option<Vec<u8>> {
+        db.get(k).unwrap().map(|v| v.to_vec())
+    }
+
+    /// Recovery replays only the records above sled's LSN: re-applying an
+    /// older one over a newer state would tear the newer record.
+    #[test]
+    fn recovery_replays_the_records_sled_lacks_then_empties_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |k: &str, v: &str| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec()));
+        // sled holds records 1..=3; record 3 (never flushed to the log)
+        // wrote k and j; the log has 1 and 2, and record 2 wrote k only.
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            db.apply_batch(sled_batch(&[put("k", "1")], 1)).unwrap();
+            db.apply_batch(sled_batch(&[put("k", "2")], 2)).unwrap();
+            db.apply_batch(sled_batch(&[put("k", "3"), put("j", "3")], 3))
+                .unwrap();
+            db.flush().unwrap();
+            let mut log = Vec::new();
+            encode_record(&mut log, 1, &[put("k", "1")]);
+            encode_record(&mut log, 2, &[put("k", "2")]);
+            std::fs::write(dir.path().join("wal"), &log).unwrap();
+        }
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let file = File::open(dir.path().join("db")).unwrap();
+            let wal = Wal::recover(dir.path(), &db, &file).unwrap();
+            assert_eq!(get(&db, b"k").as_deref(), Some(&b"3"[..]));
+            assert_eq!(get(&db, b"j").as_deref(), Some(&b"3"[..]));
+            assert_eq!(std::fs::metadata(dir.path().join("wal")).unwrap().len(), 0);
+            // The next record continues after sled's LSN.
+            wal.apply(&db, &[put("k", "4")]).unwrap();
+            wal.flush(&db, &file).unwrap();
+            assert_eq!(stored_lsn(&db).unwrap(), 4);
+        }
+        // sled holds record 1 only; the log has 1, 2, 3 and a torn 4:
+        // 2 and 3 are replayed, 4 is not.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            db.apply_batch(sled_batch(&[put("k", "1")], 1)).unwrap();
+            db.flush().unwrap();
+            let mut log = Vec::new();
+            encode_record(&mut log, 1, &[put("k", "1")]);
+            encode_record(&mut log, 2, &[put("k", "2"), put("j", "2")]);
+            encode_record(&mut log, 3, &[put("k", "3"), (b"j".to_vec(), None)]);
+            let whole = log.len();
+            encode_record(&mut log, 4, &[put("k", "4")]);
+            log.truncate(whole + 10);
+            std::fs::write(dir.path().join("wal"), &log).unwrap();
+        }
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let file = File::open(dir.path().join("db")).unwrap();
+        Wal::recover(dir.path(), &db, &file).unwrap();
+        assert_eq!(get(&db, b"k").as_deref(), Some(&b"3"[..]));
+        assert_eq!(get(&db, b"j"), None);
+        assert_eq!(stored_lsn(&db).unwrap(), 3);
+    }
+}
