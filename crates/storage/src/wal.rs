@@ -12,7 +12,7 @@
 //! group commit). sled writes its pages in the background as before.
 //!
 //! ```text
-//!   <dir>/wal: record*
+//!   <dir>/wal: record* (then stale records or zeros, up to its allocated size)
 //!   record:  len u32 LE │ crc32 u32 LE (of payload) │ payload (len bytes)
 //!   payload: lsn u64 LE │ ops u32 LE │ op*
 //!   op:      00 │ klen u32 LE │ key                      (remove)
@@ -26,14 +26,21 @@
 //!   state after any crash holds exactly the records up to the LSN it
 //!   stores (sled recovers a prefix of its batches, each whole or not at
 //!   all).
+//! * The file is allocated ahead, with zeros, in [`ALLOCATE_BYTES`]
+//!   steps, and written in place from offset 0 again after each
+//!   checkpoint: a flush then changes no file size, so its `fdatasync`
+//!   writes the data alone, without a file-system journal commit
+//!   (PostgreSQL zero-fills its WAL segments for the same reason).
 //! * Recovery ([`Wal::recover`]) replays, in order, the records whose LSN
 //!   is above sled's, stopping at the first torn or corrupt record (one
 //!   that was never acknowledged: a commit is acknowledged only after its
-//!   record's `fdatasync`). A record's operations are blind writes of
+//!   record's `fdatasync`) or at the first record whose LSN does not
+//!   follow its predecessor's (a stale record from before the last
+//!   checkpoint: every newer record has a higher LSN). A record's operations are blind writes of
 //!   absolute values, so the replayed state is the state after the last
 //!   durable record. Then sled is flushed (and `fdatasync`ed) and the log
 //!   emptied.
-//! * A checkpoint empties the log once it passes [`CHECKPOINT_BYTES`]:
+//! * A checkpoint restarts the log once it passes [`CHECKPOINT_BYTES`]:
 //!   with the flush lock held (no record is being written), every record
 //!   in the file is already applied to sled, so flushing sled and
 //!   `fdatasync`ing its file makes the log unnecessary.
@@ -42,7 +49,8 @@
 //!   never acknowledged, and it survives whole or not at all.
 
 use std::fs::File;
-use std::io::{Read, Write as _};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -51,6 +59,8 @@ use crate::{Error, Result};
 /// Log size after which a flush checkpoints (flushes sled, empties the
 /// log).
 pub const CHECKPOINT_BYTES: u64 = 64 << 20;
+/// The log file grows (zero-filled, then synced) by this much at a time.
+pub const ALLOCATE_BYTES: u64 = 4 << 20;
 
 const OP_REMOVE: u8 = 0;
 const OP_INSERT: u8 = 1;
@@ -64,15 +74,39 @@ struct Appender {
     next_lsn: u64,
 }
 
-/// The log file and its size.
+/// The log file, where the next record goes, and its allocated size.
 struct Output {
     file: File,
-    len: u64,
+    pos: u64,
+    allocated: u64,
+}
+
+impl Output {
+    /// Zero-fills the file up to at least `end` (in [`ALLOCATE_BYTES`]
+    /// steps) and makes the new size durable.
+    fn allocate(&mut self, end: u64) -> Result<()> {
+        if end <= self.allocated {
+            return Ok(());
+        }
+        let target = end.div_ceil(ALLOCATE_BYTES) * ALLOCATE_BYTES;
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = self.allocated;
+        while at < target {
+            let n = (target - at).min(zeros.len() as u64) as usize;
+            self.file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        self.file.sync_all()?;
+        self.allocated = target;
+        Ok(())
+    }
 }
 
 pub(crate) struct Wal {
     appender: Mutex<Appender>,
     output: Mutex<Output>,
+    /// [`CHECKPOINT_BYTES`] (smaller in tests).
+    checkpoint_bytes: u64,
 }
 
 impl Wal {
@@ -92,7 +126,7 @@ impl Wal {
         let stored = stored_lsn(db)?;
         let mut last = stored;
         let mut replayed = 0usize;
-        for (lsn, ops) in Records(&bytes) {
+        for (lsn, ops) in records(&bytes) {
             if lsn <= stored {
                 continue;
             }
@@ -105,8 +139,14 @@ impl Wal {
             db_file.sync_data()?;
             tracing::info!(replayed, lsn = last, "write-ahead log recovered");
         }
-        file.set_len(0)?;
-        file.sync_all()?;
+        // Every record in the file is in sled now (LSN ≤ `last`): the log
+        // restarts at offset 0 over them.
+        let mut output = Output {
+            allocated: bytes.len() as u64,
+            file,
+            pos: 0,
+        };
+        output.allocate(ALLOCATE_BYTES)?;
         // Make the (possibly new) file's directory entry durable too.
         File::open(dir)?.sync_all()?;
         Ok(Wal {
@@ -114,7 +154,8 @@ impl Wal {
                 buf: Vec::new(),
                 next_lsn: last + 1,
             }),
-            output: Mutex::new(Output { file, len: 0 }),
+            output: Mutex::new(output),
+            checkpoint_bytes: CHECKPOINT_BYTES,
         })
     }
 
@@ -148,19 +189,19 @@ impl Wal {
             std::mem::take(&mut app.buf)
         };
         if !pending.is_empty() {
-            out.file.write_all(&pending)?;
+            let end = out.pos + pending.len() as u64;
+            out.allocate(end)?;
+            out.file.write_all_at(&pending, out.pos)?;
             out.file.sync_data()?;
-            out.len += pending.len() as u64;
+            out.pos = end;
         }
-        if out.len >= CHECKPOINT_BYTES {
+        if out.pos >= self.checkpoint_bytes {
             // Every record in the file was applied to sled before it was
             // appended; records appended since `pending` was taken are
             // still in the buffer and go to the emptied file next time.
             db.flush()?;
             db_file.sync_data()?;
-            out.file.set_len(0)?;
-            out.file.sync_all()?;
-            out.len = 0;
+            out.pos = 0;
             tracing::debug!("write-ahead log checkpointed");
         }
         Ok(())
@@ -215,27 +256,38 @@ fn encode_record(out: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
 }
 
 /// The intact records of a log, in order; ends at the first torn or
-/// corrupt one.
-struct Records<'a>(&'a [u8]);
+/// corrupt one, or the first whose LSN does not follow the previous one.
+struct Records<'a> {
+    rest: &'a [u8],
+    prev: Option<u64>,
+}
+
+fn records(bytes: &[u8]) -> Records<'_> {
+    Records {
+        rest: bytes,
+        prev: None,
+    }
+}
 
 impl Iterator for Records<'_> {
     type Item = (u64, Vec<Op>);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let mut r = Reader(self.0);
+        let mut r = Reader(self.rest);
+        self.rest = &[];
         let len = r.u32()? as usize;
         let crc = r.u32()?;
         let payload = r.take(len)?;
         if crc32fast::hash(payload) != crc {
-            self.0 = &[];
             return None;
         }
-        self.0 = r.0;
-        let record = decode_payload(payload);
-        if record.is_none() {
-            self.0 = &[];
+        let (lsn, ops) = decode_payload(payload)?;
+        if self.prev.is_some_and(|p| lsn != p + 1) {
+            return None;
         }
-        record
+        self.prev = Some(lsn);
+        self.rest = r.0;
+        Some((lsn, ops))
     }
 }
 
@@ -300,7 +352,7 @@ mod tests {
         for lsn in 1..=3u64 {
             encode_record(&mut log, lsn, &ops(lsn as u8));
         }
-        let all: Vec<_> = Records(&log).collect();
+        let all: Vec<_> = records(&log).collect();
         assert_eq!(
             all,
             (1..=3u64).map(|l| (l, ops(l as u8))).collect::<Vec<_>>()
@@ -312,13 +364,59 @@ mod tests {
             b.len()
         };
         for cut in 0..log.len() {
-            let n = Records(&log[..cut]).count();
+            let n = records(&log[..cut]).count();
             assert_eq!(n, cut / one, "cut at {cut}");
         }
         // A flipped byte in the second record ends the log there.
         let mut bad = log.clone();
         bad[one + 12] ^= 0x40;
-        assert_eq!(Records(&bad).map(|(l, _)| l).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(records(&bad).map(|(l, _)| l).collect::<Vec<_>>(), vec![1]);
+        // A log restarted at offset 0 over older records (LSNs 1..=3):
+        // the new records (10, 11) end where the LSNs stop following on.
+        let mut restarted = Vec::new();
+        encode_record(&mut restarted, 10, &ops(1));
+        encode_record(&mut restarted, 11, &ops(2));
+        restarted.extend_from_slice(&log[2 * one..]);
+        let lsns: Vec<u64> = records(&restarted).map(|(l, _)| l).collect();
+        assert_eq!(lsns, vec![10, 11]);
+        // Zeros (the allocated, never written part) end the log too.
+        let mut zeros = log[..one].to_vec();
+        zeros.extend_from_slice(&[0; 64]);
+        assert_eq!(records(&zeros).count(), 1);
+    }
+
+    /// Checkpoints restart the log in place: the file stops growing, and
+    /// recovery over a restarted log (new records, then older ones) finds
+    /// the newest state.
+    #[test]
+    fn checkpoints_restart_the_log_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |k: &str, v: u32| (k.as_bytes().to_vec(), Some(v.to_be_bytes().to_vec()));
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let file = File::open(dir.path().join("db")).unwrap();
+            let mut wal = Wal::recover(dir.path(), &db, &file).unwrap();
+            wal.checkpoint_bytes = 10_000;
+            let mut restarts = 0;
+            for i in 0..1000u32 {
+                wal.apply(&db, &[put("k", i), put(&format!("k{}", i % 7), i)])
+                    .unwrap();
+                let before = wal.output.lock().unwrap().pos;
+                wal.flush(&db, &file).unwrap();
+                if wal.output.lock().unwrap().pos < before {
+                    restarts += 1;
+                }
+            }
+            assert!(restarts >= 3, "{restarts} checkpoints");
+            let len = std::fs::metadata(dir.path().join("wal")).unwrap().len();
+            assert_eq!(len, ALLOCATE_BYTES);
+        }
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let file = File::open(dir.path().join("db")).unwrap();
+        Wal::recover(dir.path(), &db, &file).unwrap();
+        assert_eq!(get(&db, b"k"), Some(999u32.to_be_bytes().to_vec()));
+        assert_eq!(get(&db, b"k4"), Some(998u32.to_be_bytes().to_vec()));
+        assert_eq!(stored_lsn(&db).unwrap(), 1000);
     }
 
     fn get(db: &sled::Db, k: &[u8]) -> Option<Vec<u8>> {
@@ -351,7 +449,12 @@ mod tests {
             let wal = Wal::recover(dir.path(), &db, &file).unwrap();
             assert_eq!(get(&db, b"k").as_deref(), Some(&b"3"[..]));
             assert_eq!(get(&db, b"j").as_deref(), Some(&b"3"[..]));
-            assert_eq!(std::fs::metadata(dir.path().join("wal")).unwrap().len(), 0);
+            // The log restarts at offset 0, over records sled now has.
+            assert_eq!(wal.output.lock().unwrap().pos, 0);
+            assert_eq!(
+                std::fs::metadata(dir.path().join("wal")).unwrap().len(),
+                ALLOCATE_BYTES
+            );
             // The next record continues after sled's LSN.
             wal.apply(&db, &[put("k", "4")]).unwrap();
             wal.flush(&db, &file).unwrap();
