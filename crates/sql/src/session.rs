@@ -526,8 +526,12 @@ async fn collect(
                     .0
                     .spawn(datafusion::physical_plan::collect(physical, task_ctx)),
             );
+            // A JoinError is a panic (or an abort at runtime shutdown):
+            // internal, XX000.
             task.await.map_err(|e| {
-                datafusion::error::DataFusionError::Execution(format!("query execution: {e}"))
+                datafusion::error::DataFusionError::External(Box::new(crate::Error::Internal(
+                    format!("query execution: {e}"),
+                )))
             })?
         }
         _ => datafusion::physical_plan::collect(physical, task_ctx).await,
