@@ -323,8 +323,10 @@ impl Store {
         Ok(inner)
     }
 
-    /// Makes everything applied so far durable: sled writes its log, then
-    /// `fdatasync` flushes it through the disk's cache.
+    /// Makes everything applied so far durable: the write-ahead log's
+    /// pending records are written and `fdatasync`ed (see [`wal`]; sled
+    /// itself is flushed only at checkpoints). A no-op for temporary
+    /// stores.
     pub fn flush(&self) -> Result<()> {
         match &self.durable {
             Some((db_file, wal)) => wal.flush(&self.db, db_file),
