@@ -260,16 +260,7 @@ impl Store {
         let ops = self.resolve_heads(batch)?;
         match &self.durable {
             Some((_, wal)) => wal.apply(&self.db, &ops),
-            None => {
-                let mut b = sled::Batch::default();
-                for (k, v) in ops {
-                    match v {
-                        Some(v) => b.insert(k, v),
-                        None => b.remove(k),
-                    }
-                }
-                Ok(self.db.apply_batch(b)?)
-            }
+            None => Ok(self.db.apply_batch(wal::unlogged_batch(&ops))?),
         }
     }
 

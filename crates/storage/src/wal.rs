@@ -134,9 +134,12 @@ impl Wal {
             last = lsn;
             replayed += 1;
         }
-        if replayed > 0 || !bytes.is_empty() {
-            db.flush()?;
-            db_file.sync_data()?;
+        // The log is about to be overwritten: what sled recovered or was
+        // given must be on the disk first (it may still be only in the page
+        // cache after a process crash).
+        db.flush()?;
+        db_file.sync_data()?;
+        if replayed > 0 {
             tracing::info!(replayed, lsn = last, "write-ahead log recovered");
         }
         // Every record in the file is in sled now (LSN ≤ `last`): the log
@@ -222,7 +225,15 @@ fn stored_lsn(db: &sled::Db) -> Result<u64> {
     }
 }
 
+/// `ops` as one sled batch that also records `lsn` as sled's.
 fn sled_batch(ops: &[Op], lsn: u64) -> sled::Batch {
+    let mut batch = unlogged_batch(ops);
+    batch.insert(crate::META_WAL_LSN, &lsn.to_be_bytes());
+    batch
+}
+
+/// `ops` as one sled batch (a temporary store's, which has no log).
+pub(crate) fn unlogged_batch(ops: &[Op]) -> sled::Batch {
     let mut batch = sled::Batch::default();
     for (k, v) in ops {
         match v {
@@ -230,7 +241,6 @@ fn sled_batch(ops: &[Op], lsn: u64) -> sled::Batch {
             None => batch.remove(k.as_slice()),
         }
     }
-    batch.insert(crate::META_WAL_LSN, &lsn.to_be_bytes());
     batch
 }
 
