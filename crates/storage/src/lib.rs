@@ -1,12 +1,13 @@
-//! # spindle-storage: multi-version keys on sled
+//! # spindle-storage: multi-version keys on redb
 //!
 //! The store keeps every committed version of every logical key, tagged with
-//! its commit timestamp, in one sled tree. Readers pick a timestamp and see
-//! exactly the versions committed at or before it; a commit writes all its
-//! versions with one atomic `apply_batch`, appends the same writes to the
-//! write-ahead log ([`wal`]) and flushes the log (one `write`, one
-//! `fdatasync`), so a crash leaves either all of a commit or none of it,
-//! and an acknowledged commit is replayed if sled had not yet written it.
+//! its commit timestamp, in one ordered table ([`kv`]: a redb B-tree file).
+//! Readers pick a timestamp and see exactly the versions committed at or
+//! before it; a commit writes all its versions in one redb write
+//! transaction (not synced), appends the same writes to the write-ahead log
+//! ([`wal`]) and flushes the log (one `write`, one `fdatasync`), so a crash
+//! leaves either all of a commit or none of it, and an acknowledged commit
+//! is replayed if the data file had not yet made it durable.
 //!
 //! ## Physical layout
 //!
@@ -57,10 +58,10 @@
 //!   logical key is never followed by `00` inside another logical key (row
 //!   keys continue only with a table marker). Versions no snapshot can
 //!   read any more are removed by [`Store::gc`].
-//! * A store written before heads existed (no `meta/layout`) is converted
-//!   when opened: each key's newest version moves to its head
-//!   ([`Store::open`]; idempotent, so a crash during it is harmless).
+//! * `meta/layout` records the layout with heads; a store is created with
+//!   it and refuses to open without it.
 
+mod kv;
 pub mod splits;
 mod wal;
 
@@ -70,7 +71,7 @@ use tracing::debug;
 
 const META_PREFIX: &[u8] = b"\xFFmeta/";
 const META_LAST_TS: &[u8] = b"\xFFmeta/last_commit_ts";
-/// The last write-ahead log record sled's state includes ([`wal`]).
+/// The last write-ahead log record the data file's state includes ([`wal`]).
 const META_WAL_LSN: &[u8] = b"\xFFmeta/wal_lsn";
 /// How long [`Store::open`] waits for a lock the previous handle of the
 /// same directory (in this process) is still releasing.
@@ -93,9 +94,14 @@ const TAG_HEAD_TOMBSTONE: u8 = 3;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("storage I/O error: {0}")]
-    Sled(#[from] sled::Error),
+    Kv(#[source] Box<redb::Error>),
     #[error("corrupt storage: {0}")]
     Corrupt(String),
+    #[error(
+        "{0} holds a store written by an earlier Spindle (sled files `conf` and `db`); \
+         this version keeps its data in `data.redb`: open a new directory"
+    )]
+    OldFormat(std::path::PathBuf),
     #[error("storage I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -111,117 +117,70 @@ pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
 /// The multi-version store.
 pub struct Store {
-    db: sled::Db,
+    kv: kv::Kv,
     /// Highest timestamp whose commit is fully applied; readers use it.
     visible_ts: AtomicU64,
     temporary: bool,
-    /// sled's data file and the write-ahead log that makes commits durable
-    /// ([`wal`]); the file is `fdatasync`ed after sled's own flushes
-    /// (sled writes with `sync_file_range`, which flushes neither the
-    /// disk's write cache nor the file's metadata). `None` for temporary
-    /// stores.
-    durable: Option<(std::fs::File, wal::Wal)>,
+    /// The write-ahead log that makes commits durable ([`wal`]); `None`
+    /// for temporary stores.
+    durable: Option<wal::Wal>,
 }
 
 impl Store {
-    /// Opens (or creates) a store in `path`.
+    /// Opens (or creates) a store in the directory `path`
+    /// (`path/data.redb` and `path/wal`, see [`kv`] and [`wal`]).
     ///
-    /// sled releases its file lock only when its background I/O for the
-    /// previous handle has finished, a moment after that handle is dropped;
-    /// so a directory that is still locked is retried for up to
-    /// [`LOCK_WAIT`] before the lock error is returned (another process
-    /// holding it still gets the error, just not at once).
+    /// A directory written by an earlier Spindle, whose store was sled
+    /// (files `conf` and `db`, no `data.redb`), is refused with
+    /// [`Error::OldFormat`] rather than opened empty beside the old data.
     pub fn open(path: &std::path::Path) -> Result<Store> {
-        let config = sled::Config::new()
-            .path(path)
-            .mode(sled::Mode::HighThroughput);
-        let started = std::time::Instant::now();
-        let db = loop {
-            match config.open() {
-                Err(sled::Error::Io(e))
-                    if e.to_string().contains("could not acquire lock")
-                        && started.elapsed() < LOCK_WAIT =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                r => break r?,
-            }
-        };
-        let db_file = std::fs::File::open(path.join("db"))?;
+        if !path.join(kv::DATA_FILE).exists()
+            && path.join("conf").exists()
+            && path.join("db").exists()
+        {
+            return Err(Error::OldFormat(path.to_path_buf()));
+        }
+        std::fs::create_dir_all(path)?;
+        let kv = kv::Kv::open(path)?;
         // Replayed before anything is read: the last commit timestamp may
         // be in the log.
-        let wal = wal::Wal::recover(path, &db, &db_file)?;
-        let mut store = Self::from_db(db, false)?;
-        store.durable = Some((db_file, wal));
+        let wal = wal::Wal::recover(path, &kv)?;
+        let mut store = Self::from_kv(kv, false)?;
+        store.durable = Some(wal);
         Ok(store)
     }
 
-    /// A store that lives in a temporary directory removed on drop.
+    /// A store that lives in memory and is gone when dropped.
     pub fn open_temporary() -> Result<Store> {
-        let db = sled::Config::new().temporary(true).open()?;
-        Self::from_db(db, true)
+        Self::from_kv(kv::Kv::temporary()?, true)
     }
 
-    fn from_db(db: sled::Db, temporary: bool) -> Result<Store> {
-        let last = match db.get(META_LAST_TS)? {
+    fn from_kv(kv: kv::Kv, temporary: bool) -> Result<Store> {
+        let last = match kv.get(META_LAST_TS)? {
             Some(v) => u64::from_be_bytes(
-                v.as_ref()
+                v.as_slice()
                     .try_into()
                     .map_err(|_| Error::Corrupt("last commit timestamp".into()))?,
             ),
             None => 0,
         };
         debug!(last_commit_ts = last, "store opened");
-        let store = Store {
-            db,
+        match kv.get(META_LAYOUT)?.as_deref() {
+            Some([LAYOUT_HEADS]) => {}
+            None if last == 0 => {
+                kv.write(|t| {
+                    kv::write_ops(t, &[(META_LAYOUT.to_vec(), Some(vec![LAYOUT_HEADS]))])
+                })?;
+                kv.sync()?;
+            }
+            other => return Err(Error::Corrupt(format!("unknown store layout {other:?}"))),
+        }
+        Ok(Store {
+            kv,
             visible_ts: AtomicU64::new(last),
             temporary,
             durable: None,
-        };
-        if store.db.get(META_LAYOUT)?.as_deref() != Some(&[LAYOUT_HEADS]) {
-            store.convert_to_heads()?;
-        }
-        Ok(store)
-    }
-
-    /// Gives every key of a store written before heads existed its head:
-    /// its newest version moves from its timestamped slot to the head slot.
-    /// Keys that have a head already are left alone, so a conversion
-    /// interrupted by a crash just runs again. Then records the layout.
-    fn convert_to_heads(&self) -> Result<()> {
-        let mut batch = sled::Batch::default();
-        let mut pending = 0;
-        let mut moved = 0u64;
-        let mut current: Option<Vec<u8>> = None;
-        for item in self.db.range(..META_PREFIX.to_vec()) {
-            let (pk, v) = item?;
-            let (key, ts) = split_physical(&pk)?;
-            if current.as_deref() == Some(key) {
-                continue;
-            }
-            current = Some(key.to_vec());
-            if ts == HEAD_TS {
-                continue;
-            }
-            let payload = match v.first() {
-                Some(&TAG_LIVE) => Some(&v[1..]),
-                Some(&TAG_TOMBSTONE) => None,
-                _ => return Err(Error::Corrupt("bad version value".into())),
-            };
-            batch.remove(pk.as_ref());
-            batch.insert(head_key(key), head_value(ts, payload));
-            moved += 1;
-            pending += 1;
-            if pending >= 4096 {
-                self.db.apply_batch(std::mem::take(&mut batch))?;
-                pending = 0;
-            }
-        }
-        batch.insert(META_LAYOUT, vec![LAYOUT_HEADS]);
-        self.db.apply_batch(batch)?;
-        self.flush()?;
-        debug!(moved, "store converted to heads");
-        Ok(())
+        })
     }
 
     pub fn is_temporary(&self) -> bool {
@@ -257,70 +216,22 @@ impl Store {
     /// Applies one batch atomically without waiting for the disk; a later
     /// [`Store::flush`] makes it durable (group commit).
     pub fn apply_unsynced(&self, batch: Batch) -> Result<()> {
-        let ops = self.resolve_heads(batch)?;
         match &self.durable {
-            Some((_, wal)) => wal.apply(&self.db, &ops),
-            None => Ok(self.db.apply_batch(wal::unlogged_batch(&ops))?),
+            Some(wal) => wal.apply(&self.kv, |t| resolve_heads(batch, t)),
+            None => self.kv.write(|t| {
+                let ops = resolve_heads(batch, t)?;
+                kv::write_ops(t, &ops)
+            }),
         }
-    }
-
-    /// The physical writes of `batch`: each version becomes its key's new
-    /// head, and the head it replaces moves to its timestamped slot.
-    fn resolve_heads(&self, batch: Batch) -> Result<Vec<wal::Op>> {
-        let Batch {
-            mut inner,
-            versions,
-            ..
-        } = batch;
-        // Heads written earlier in this batch, when a key may be written
-        // twice (not when the keys are strictly ascending, as a
-        // transaction's write set is).
-        let unique = versions.windows(2).all(|w| w[0].0 < w[1].0);
-        let mut written: std::collections::HashMap<Vec<u8>, Vec<u8>> =
-            std::collections::HashMap::new();
-        for (key, ts, value) in versions {
-            let hk = head_key(&key);
-            let old = match written.get(&hk) {
-                Some(v) => Some(v.clone()),
-                None => self.db.get(&hk)?.map(|v| v.to_vec()),
-            };
-            let new_head = match old {
-                None => Some(head_value(ts, value.as_deref())),
-                Some(old) => {
-                    let (old_ts, old_payload) = decode_head(&old)?;
-                    if old_ts < ts {
-                        inner.push((physical_key(&key, old_ts), Some(version_value(old_payload))));
-                        Some(head_value(ts, value.as_deref()))
-                    } else if old_ts == ts {
-                        Some(head_value(ts, value.as_deref()))
-                    } else {
-                        inner.push((
-                            physical_key(&key, ts),
-                            Some(version_value(value.as_deref())),
-                        ));
-                        None
-                    }
-                }
-            };
-            match new_head {
-                Some(h) if !unique => {
-                    inner.push((hk.clone(), Some(h.clone())));
-                    written.insert(hk, h);
-                }
-                Some(h) => inner.push((hk, Some(h))),
-                None => {}
-            }
-        }
-        Ok(inner)
     }
 
     /// Makes everything applied so far durable: the write-ahead log's
-    /// pending records are written and `fdatasync`ed (see [`wal`]; sled
+    /// pending records are written and `fdatasync`ed (see [`wal`]; the data file
     /// itself is flushed only at checkpoints). A no-op for temporary
     /// stores.
     pub fn flush(&self) -> Result<()> {
         match &self.durable {
-            Some((db_file, wal)) => wal.flush(&self.db, db_file),
+            Some(wal) => wal.flush(&self.kv),
             None => Ok(()),
         }
     }
@@ -334,11 +245,20 @@ impl Store {
     pub fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
         let mut key = META_PREFIX.to_vec();
         key.extend_from_slice(prefix.as_bytes());
+        // `key` starts with META_PREFIX, whose bytes are not all FF.
+        let end = prefix_end(&key).unwrap_or_default();
         let mut out = Vec::new();
-        for item in self.db.scan_prefix(&key) {
-            let (k, v) = item?;
-            let name = String::from_utf8_lossy(&k[META_PREFIX.len()..]).into_owned();
-            out.push((name, v.to_vec()));
+        for item in self.kv.snapshot()?.range(&key, &end, false)? {
+            let (k, v) = item.map_err(redb::Error::from)?;
+            let Some(name) = k.value().strip_prefix(key.as_slice()) else {
+                continue;
+            };
+            let mut full = prefix.as_bytes().to_vec();
+            full.extend_from_slice(name);
+            out.push((
+                String::from_utf8_lossy(&full).into_owned(),
+                v.value().to_vec(),
+            ));
         }
         Ok(out)
     }
@@ -346,7 +266,8 @@ impl Store {
     /// The value of `key` as of `ts`.
     pub fn get(&self, key: &[u8], ts: Timestamp) -> Result<Option<Vec<u8>>> {
         // The head: one exact lookup, and the answer unless it is too new.
-        let Some(head) = self.db.get(head_key(key))? else {
+        let snapshot = self.kv.snapshot()?;
+        let Some(head) = snapshot.get(&head_key(key))? else {
             return Ok(None);
         };
         let (head_ts, payload) = decode_head(&head)?;
@@ -356,8 +277,11 @@ impl Store {
         let start = physical_key(key, ts);
         let end = physical_key(key, 0);
         // The first older version at or below `ts` is the visible one.
-        match self.db.range(start..=end).next() {
-            Some(item) => Ok(decode_version(&item?.1)?.map(<[u8]>::to_vec)),
+        match snapshot.range(&start, &end, true)?.next() {
+            Some(item) => {
+                let (_, v) = item.map_err(redb::Error::from)?;
+                Ok(decode_version(v.value())?.map(<[u8]>::to_vec))
+            }
             None => Ok(None),
         }
     }
@@ -368,19 +292,23 @@ impl Store {
         let end = end
             .map(|e| e.to_vec())
             .unwrap_or_else(|| META_PREFIX.to_vec());
-        let inner = if start < end.as_slice() {
-            Some(self.db.range(start.to_vec()..end.clone()))
-        } else {
-            None
-        };
-        ScanIter {
-            db: self.db.clone(),
+        let mut scan = ScanIter {
+            snapshot: None,
             end,
-            inner,
+            inner: None,
             ts,
             last: Vec::new(),
             has_last: false,
+            error: None,
+        };
+        match self.kv.snapshot() {
+            Ok(snapshot) => {
+                scan.snapshot = Some(snapshot);
+                scan.seek(start);
+            }
+            Err(e) => scan.error = Some(e),
         }
+        scan
     }
 
     /// Removes versions no snapshot at or after `horizon` can read: for each
@@ -390,16 +318,19 @@ impl Store {
     /// before.
     pub fn gc(&self, horizon: Timestamp) -> Result<u64> {
         let mut removed = 0u64;
-        let mut batch = sled::Batch::default();
-        let mut pending = 0;
+        // Garbage found in the snapshot, removed 4 096 at a time; a head is
+        // kept with the value it had, to be removed only if unchanged.
+        let mut garbage: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         // The logical key being walked, and the timestamp of its
         // visible-at-horizon version once passed (everything older is
         // garbage).
         let mut current: Option<Vec<u8>> = None;
         let mut kept: Option<Timestamp> = None;
-        for item in self.db.range(..META_PREFIX.to_vec()) {
-            let (pk, v) = item?;
-            let e = decode_entry(&pk, &v)?;
+        let snapshot = self.kv.snapshot()?;
+        for item in snapshot.range_to(META_PREFIX)? {
+            let (pk, v) = item.map_err(redb::Error::from)?;
+            let (pk, v) = (pk.value(), v.value());
+            let e = decode_entry(pk, v)?;
             if current.as_deref() != Some(e.key) {
                 current = Some(e.key.to_vec());
                 kept = None;
@@ -407,10 +338,9 @@ impl Store {
             if e.ts > horizon {
                 continue;
             }
-            let garbage = match kept {
-                // Strictly older: a commit may have just moved the kept
-                // head to its timestamped slot, where this walk meets it
-                // again.
+            let is_garbage = match kept {
+                // Strictly older: a commit may have moved the kept head to
+                // its timestamped slot since the snapshot was taken.
                 Some(k) => e.ts < k,
                 None => {
                     kept = Some(e.ts);
@@ -419,46 +349,101 @@ impl Store {
                     e.payload.is_none()
                 }
             };
-            if !garbage {
+            if !is_garbage {
                 continue;
             }
-            if e.head {
-                // Only if no commit replaced the head meanwhile.
-                if self
-                    .db
-                    .compare_and_swap(&pk, Some(&v), None as Option<&[u8]>)?
-                    .is_ok()
-                {
-                    removed += 1;
-                }
-                continue;
-            }
-            batch.remove(pk);
-            removed += 1;
-            pending += 1;
-            if pending >= 4096 {
-                self.db.apply_batch(std::mem::take(&mut batch))?;
-                pending = 0;
+            garbage.push((pk.to_vec(), e.head.then(|| v.to_vec())));
+            if garbage.len() >= 4096 {
+                removed += self.remove_garbage(std::mem::take(&mut garbage))?;
             }
         }
-        if pending > 0 {
-            self.db.apply_batch(batch)?;
+        if !garbage.is_empty() {
+            removed += self.remove_garbage(garbage)?;
         }
         debug!(horizon, removed, "garbage collected");
         Ok(removed)
+    }
+
+    /// Removes older versions, and heads still equal to the value given
+    /// (a commit may have replaced one since [`Store::gc`] read it). Not
+    /// logged: garbage that comes back after a crash is collected again.
+    fn remove_garbage(&self, garbage: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<u64> {
+        self.kv.write(|t| {
+            let mut removed = 0;
+            for (pk, head) in &garbage {
+                if let Some(expected) = head {
+                    if kv::write_get(t, pk)?.as_ref() != Some(expected) {
+                        continue;
+                    }
+                }
+                kv::write_ops(t, &[(pk.clone(), None)])?;
+                removed += 1;
+            }
+            Ok(removed)
+        })
     }
 
     /// Reads an unversioned metadata value.
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let mut key = META_PREFIX.to_vec();
         key.extend_from_slice(name.as_bytes());
-        Ok(self.db.get(key)?.map(|v| v.to_vec()))
+        self.kv.get(&key)
     }
 
-    /// Approximate on-disk size in bytes.
+    /// Size of the data file in bytes (0 for a temporary store).
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()?)
+        self.kv.size_on_disk()
     }
+}
+
+/// The physical writes of `batch`, read against the heads in `table`
+/// (inside the write transaction that applies them): each version becomes its key's new
+/// head, and the head it replaces moves to its timestamped slot.
+fn resolve_heads(batch: Batch, table: &kv::WriteTable<'_>) -> Result<Vec<wal::Op>> {
+    let Batch {
+        mut inner,
+        versions,
+        ..
+    } = batch;
+    // Heads written earlier in this batch, when a key may be written
+    // twice (not when the keys are strictly ascending, as a
+    // transaction's write set is).
+    let unique = versions.windows(2).all(|w| w[0].0 < w[1].0);
+    let mut written: std::collections::HashMap<Vec<u8>, Vec<u8>> = std::collections::HashMap::new();
+    for (key, ts, value) in versions {
+        let hk = head_key(&key);
+        let old = match written.get(&hk) {
+            Some(v) => Some(v.clone()),
+            None => kv::write_get(table, &hk)?,
+        };
+        let new_head = match old {
+            None => Some(head_value(ts, value.as_deref())),
+            Some(old) => {
+                let (old_ts, old_payload) = decode_head(&old)?;
+                if old_ts < ts {
+                    inner.push((physical_key(&key, old_ts), Some(version_value(old_payload))));
+                    Some(head_value(ts, value.as_deref()))
+                } else if old_ts == ts {
+                    Some(head_value(ts, value.as_deref()))
+                } else {
+                    inner.push((
+                        physical_key(&key, ts),
+                        Some(version_value(value.as_deref())),
+                    ));
+                    None
+                }
+            }
+        };
+        match new_head {
+            Some(h) if !unique => {
+                inner.push((hk.clone(), Some(h.clone())));
+                written.insert(hk, h);
+            }
+            Some(h) => inner.push((hk, Some(h))),
+            None => {}
+        }
+    }
+    Ok(inner)
 }
 
 /// One atomic group of changes: versions of logical keys and metadata.
@@ -510,6 +495,19 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+/// The first key after every key that starts with `prefix` (`None` when
+/// there is none: `prefix` is all `FF`).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
 }
 
 fn physical_key(key: &[u8], ts: Timestamp) -> Vec<u8> {
@@ -616,29 +614,37 @@ fn decode_entry<'a>(pk: &'a [u8], v: &'a [u8]) -> Result<Entry<'a>> {
 
 /// Iterator of a snapshot scan: `(logical key, value)` of live keys.
 pub struct ScanIter {
-    /// For [`ScanIter::seek`] (a handle: cloning a `sled::Db` is cheap).
-    db: sled::Db,
+    /// The store as of the scan's start (`None` if it could not be taken:
+    /// then `error` holds why).
+    snapshot: Option<kv::Snapshot>,
     end: Vec<u8>,
-    inner: Option<sled::Iter>,
+    inner: Option<kv::KvRange>,
     ts: Timestamp,
     /// The logical key whose visible version was already decided (when
     /// `has_last`; the buffer is reused, one allocation less per entry).
     last: Vec<u8>,
     has_last: bool,
+    /// An error to return from the next call of `next`.
+    error: Option<Error>,
 }
 
 impl ScanIter {
     /// Continues the scan at the first live key `>= key` (which must not be
     /// before the keys already returned): a jump over a key range the
     /// caller does not need, such as the children of a parent row, without
-    /// reading it.
+    /// reading it. It reads the same snapshot as the rest of the scan.
     pub fn seek(&mut self, key: &[u8]) {
         self.has_last = false;
-        self.inner = if key < self.end.as_slice() {
-            Some(self.db.range(key.to_vec()..self.end.clone()))
-        } else {
-            None
-        };
+        self.inner = None;
+        if key >= self.end.as_slice() {
+            return;
+        }
+        if let Some(snapshot) = &self.snapshot {
+            match snapshot.range(key, &self.end, false) {
+                Ok(r) => self.inner = Some(r),
+                Err(e) => self.error = Some(e),
+            }
+        }
     }
 }
 
@@ -646,13 +652,17 @@ impl Iterator for ScanIter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            self.inner = None;
+            return Some(Err(e));
+        }
         let inner = self.inner.as_mut()?;
         loop {
             let (pk, v) = match inner.next()? {
                 Ok(kv) => kv,
-                Err(e) => return Some(Err(e.into())),
+                Err(e) => return Some(Err(redb::Error::from(e).into())),
             };
-            let e = match decode_entry(&pk, &v) {
+            let e = match decode_entry(pk.value(), v.value()) {
                 Ok(e) => e,
                 Err(e) => return Some(Err(e)),
             };
@@ -778,10 +788,14 @@ mod tests {
     fn physical(s: &Store, key: &[u8]) -> Vec<(Timestamp, Vec<u8>)> {
         let mut start = key.to_vec();
         start.push(VERSION_SEP);
-        s.db.scan_prefix(&start)
+        let end = prefix_end(&start).unwrap();
+        s.kv.snapshot()
+            .unwrap()
+            .range(&start, &end, false)
+            .unwrap()
             .map(|r| {
                 let (pk, v) = r.unwrap();
-                (split_physical(&pk).unwrap().1, v.to_vec())
+                (split_physical(pk.value()).unwrap().1, v.value().to_vec())
             })
             .collect()
     }
@@ -831,44 +845,16 @@ mod tests {
     }
 
     #[test]
-    fn a_store_written_before_heads_is_converted_when_opened() {
+    fn a_directory_of_the_sled_era_is_refused_not_opened_empty() {
         let dir = tempfile::tempdir().unwrap();
-        {
-            let s = Store::open(dir.path()).unwrap();
-            // The old layout: every version under its timestamp.
-            for (key, ts, v) in [
-                ("a", 1u64, version_value(Some(b"a1"))),
-                ("a", 4, version_value(Some(b"a4"))),
-                ("b", 2, version_value(None)),
-                ("c", 3, version_value(Some(b"c3"))),
-            ] {
-                s.db.insert(physical_key(&k(key), ts), v).unwrap();
-            }
-            s.db.remove(META_LAYOUT).unwrap();
-            s.db.insert(META_LAST_TS, 4u64.to_be_bytes().to_vec())
-                .unwrap();
-            s.flush().unwrap();
+        std::fs::write(dir.path().join("conf"), b"segment_size: 524288").unwrap();
+        std::fs::write(dir.path().join("db"), b"old").unwrap();
+        match Store::open(dir.path()) {
+            Err(e @ Error::OldFormat(_)) => assert!(e.to_string().contains("data.redb"), "{e}"),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("an old directory was opened"),
         }
-        let s = Store::open(dir.path()).unwrap();
-        assert_eq!(
-            scan(&s, 3),
-            vec![("a".into(), "a1".into()), ("c".into(), "c3".into())]
-        );
-        assert_eq!(
-            scan(&s, 4),
-            vec![("a".into(), "a4".into()), ("c".into(), "c3".into())]
-        );
-        assert_eq!(s.get(&k("b"), 4).unwrap(), None);
-        let slots: Vec<Timestamp> = physical(&s, &k("a")).iter().map(|e| e.0).collect();
-        assert_eq!(slots, vec![HEAD_TS, 1]);
-        assert_eq!(physical(&s, &k("b")), vec![(HEAD_TS, head_value(2, None))]);
-        drop(s);
-        // Converted once: opening again changes nothing.
-        let s = Store::open(dir.path()).unwrap();
-        assert_eq!(
-            scan(&s, 4),
-            vec![("a".into(), "a4".into()), ("c".into(), "c3".into())]
-        );
+        assert!(!dir.path().join(kv::DATA_FILE).exists());
     }
 
     mod model {

@@ -1,15 +1,13 @@
 //! # The write-ahead log: one device write and one `fdatasync` per flush
 //!
-//! sled makes a batch durable with two synchronous writes of its own (the
-//! batch's manifest, then its data, each followed by `sync_file_range`),
-//! and `sync_file_range` does not flush the disk's write cache, so the
-//! store used to add an `fdatasync` of sled's file: three device waits
-//! per commit (strace of a one-client TPC-B run: 0.15–0.25 ms, 0.09–0.11
-//! ms and 0.20 ms). With the log, a commit applies its batch to sled
-//! without flushing sled, appends the same operations to this log, and
-//! [`Wal::flush`] writes every record appended since the last flush with
-//! one `write` and one `fdatasync` (commits waiting meanwhile share it:
-//! group commit). sled writes its pages in the background as before.
+//! A commit applies its writes to the data file ([`crate::kv`], redb) in a
+//! write transaction that is not synced, and appends the same physical
+//! operations to this log; [`Wal::flush`] writes every record appended
+//! since the last flush with one `write` and one `fdatasync` (commits
+//! waiting meanwhile share it: group commit). The data file is synced only
+//! at checkpoints. (Before, with sled as the data file, sled made a batch
+//! durable with two synchronous writes of its own plus an `fdatasync` of
+//! its file: three device waits per commit; the log made it one.)
 //!
 //! ```text
 //!   <dir>/wal: record* (then stale records or zeros, up to its allocated size)
@@ -21,32 +19,31 @@
 //!
 //! Invariants:
 //! * Records get consecutive log sequence numbers (LSNs) in the order
-//!   their batches are applied to sled (both under the appender's lock),
-//!   and each sled batch also writes its LSN to `meta/wal_lsn`, so sled's
-//!   state after any crash holds exactly the records up to the LSN it
-//!   stores (sled recovers a prefix of its batches, each whole or not at
-//!   all).
+//!   their write transactions commit (both under the appender's lock), and
+//!   each transaction also writes its LSN to `meta/wal_lsn`, so the data
+//!   file's state after any crash (its last durable commit, whole) holds
+//!   exactly the records up to the LSN it stores.
 //! * The file is allocated ahead, with zeros, in [`ALLOCATE_BYTES`]
 //!   steps, and written in place from offset 0 again after each
 //!   checkpoint: a flush then changes no file size, so its `fdatasync`
 //!   writes the data alone, without a file-system journal commit
 //!   (PostgreSQL zero-fills its WAL segments for the same reason).
 //! * Recovery ([`Wal::recover`]) replays, in order, the records whose LSN
-//!   is above sled's, stopping at the first torn or corrupt record (one
-//!   that was never acknowledged: a commit is acknowledged only after its
-//!   record's `fdatasync`) or at the first record whose LSN does not
+//!   is above the data file's, stopping at the first torn or corrupt record
+//!   (one that was never acknowledged: a commit is acknowledged only after
+//!   its record's `fdatasync`) or at the first record whose LSN does not
 //!   follow its predecessor's (a stale record from before the last
-//!   checkpoint: every newer record has a higher LSN). A record's operations are blind writes of
-//!   absolute values, so the replayed state is the state after the last
-//!   durable record. Then sled is flushed (and `fdatasync`ed) and the log
-//!   emptied.
+//!   checkpoint: every newer record has a higher LSN). A record's
+//!   operations are blind writes of absolute values, so the replayed state
+//!   is the state after the last durable record. Then the data file is
+//!   synced and the log emptied.
 //! * A checkpoint restarts the log once it passes [`CHECKPOINT_BYTES`]:
 //!   with the flush lock held (no record is being written), every record
-//!   in the file is already applied to sled, so flushing sled and
-//!   `fdatasync`ing its file makes the log unnecessary.
-//! * A commit that was applied to sled but whose record was not yet
-//!   flushed may survive a crash anyway (sled's background writer): it was
-//!   never acknowledged, and it survives whole or not at all.
+//!   in the file was committed to the data file before it was appended,
+//!   so syncing the data file makes the log unnecessary.
+//! * A commit applied to the data file whose record was not yet flushed
+//!   may survive a crash anyway (a later checkpoint): it was never
+//!   acknowledged, and it survives whole or not at all.
 
 use std::fs::File;
 use std::io::Read;
@@ -54,10 +51,11 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
+use crate::kv::{self, Kv, WriteTable};
 use crate::{Error, Result};
 
-/// Log size after which a flush checkpoints (flushes sled, empties the
-/// log).
+/// Log size after which a flush checkpoints (syncs the data file, empties
+/// the log).
 pub const CHECKPOINT_BYTES: u64 = 64 << 20;
 /// The log file grows (zero-filled, then synced) by this much at a time.
 pub const ALLOCATE_BYTES: u64 = 4 << 20;
@@ -65,7 +63,7 @@ pub const ALLOCATE_BYTES: u64 = 4 << 20;
 const OP_REMOVE: u8 = 0;
 const OP_INSERT: u8 = 1;
 
-/// One physical operation on sled: insert `key → value`, or remove `key`.
+/// One physical operation on the data file: insert `key → value`, or remove `key`.
 pub(crate) type Op = (Vec<u8>, Option<Vec<u8>>);
 
 /// Records appended but not yet written, and the next LSN.
@@ -110,10 +108,9 @@ pub(crate) struct Wal {
 }
 
 impl Wal {
-    /// Opens `dir/wal`, replays into `db` the records sled does not have
-    /// (see the module docs), makes sled durable and empties the log.
-    /// `db_file` is sled's data file, `fdatasync`ed after sled's flush.
-    pub(crate) fn recover(dir: &Path, db: &sled::Db, db_file: &File) -> Result<Wal> {
+    /// Opens `dir/wal`, replays into `kv` the records it does not have
+    /// (see the module docs), syncs it and empties the log.
+    pub(crate) fn recover(dir: &Path, kv: &Kv) -> Result<Wal> {
         let path = dir.join("wal");
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -123,26 +120,24 @@ impl Wal {
             .open(&path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let stored = stored_lsn(db)?;
+        let stored = stored_lsn(kv)?;
         let mut last = stored;
         let mut replayed = 0usize;
         for (lsn, ops) in records(&bytes) {
             if lsn <= stored {
                 continue;
             }
-            db.apply_batch(sled_batch(&ops, lsn))?;
+            kv.write(|t| write_logged(t, &ops, lsn))?;
             last = lsn;
             replayed += 1;
         }
-        // The log is about to be overwritten: what sled recovered or was
-        // given must be on the disk first (it may still be only in the page
-        // cache after a process crash).
-        db.flush()?;
-        db_file.sync_data()?;
+        // The log is about to be overwritten: what was replayed must be on
+        // the disk first.
+        kv.sync()?;
         if replayed > 0 {
             tracing::info!(replayed, lsn = last, "write-ahead log recovered");
         }
-        // Every record in the file is in sled now (LSN ≤ `last`): the log
+        // Every record in the file is in the data file now (LSN ≤ `last`): the log
         // restarts at offset 0 over them.
         let mut output = Output {
             allocated: bytes.len() as u64,
@@ -162,24 +157,33 @@ impl Wal {
         })
     }
 
-    /// Applies `ops` to `db` as one atomic batch and appends them to the
-    /// log (not yet written: see [`Wal::flush`]).
-    pub(crate) fn apply(&self, db: &sled::Db, ops: &[Op]) -> Result<()> {
+    /// Commits the operations `resolve` returns (it runs inside the write
+    /// transaction, so it may read what it is about to replace) to `kv`,
+    /// and appends them to the log (not yet written: see [`Wal::flush`]).
+    pub(crate) fn apply(
+        &self,
+        kv: &Kv,
+        resolve: impl FnOnce(&WriteTable<'_>) -> Result<Vec<Op>>,
+    ) -> Result<()> {
         let mut app = self
             .appender
             .lock()
             .map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?;
         let lsn = app.next_lsn;
-        db.apply_batch(sled_batch(ops, lsn))?;
+        let ops = kv.write(|t| {
+            let ops = resolve(t)?;
+            write_logged(t, &ops, lsn)?;
+            Ok(ops)
+        })?;
         app.next_lsn += 1;
-        encode_record(&mut app.buf, lsn, ops);
+        encode_record(&mut app.buf, lsn, &ops);
         Ok(())
     }
 
     /// Writes every record appended so far and waits for the disk
     /// (`fdatasync`); checkpoints when the log has grown past
     /// [`CHECKPOINT_BYTES`].
-    pub(crate) fn flush(&self, db: &sled::Db, db_file: &File) -> Result<()> {
+    pub(crate) fn flush(&self, kv: &Kv) -> Result<()> {
         let mut out = self
             .output
             .lock()
@@ -199,11 +203,11 @@ impl Wal {
             out.pos = end;
         }
         if out.pos >= self.checkpoint_bytes {
-            // Every record in the file was applied to sled before it was
-            // appended; records appended since `pending` was taken are
-            // still in the buffer and go to the emptied file next time.
-            db.flush()?;
-            db_file.sync_data()?;
+            // Every record in the file was committed to the data file
+            // before it was appended; records appended since `pending` was
+            // taken are still in the buffer and go to the emptied file
+            // next time.
+            kv.sync()?;
             out.pos = 0;
             tracing::debug!("write-ahead log checkpointed");
         }
@@ -211,13 +215,14 @@ impl Wal {
     }
 }
 
-/// The LSN sled's state includes (0 before the first logged batch).
-fn stored_lsn(db: &sled::Db) -> Result<u64> {
-    match db.get(crate::META_WAL_LSN)? {
+/// The LSN the data file's state includes (0 before the first logged
+/// commit).
+fn stored_lsn(kv: &Kv) -> Result<u64> {
+    match kv.get(crate::META_WAL_LSN)? {
         None => Ok(0),
         Some(v) => {
             let b: [u8; 8] = v
-                .as_ref()
+                .as_slice()
                 .try_into()
                 .map_err(|_| Error::Corrupt("bad meta/wal_lsn".into()))?;
             Ok(u64::from_be_bytes(b))
@@ -225,23 +230,16 @@ fn stored_lsn(db: &sled::Db) -> Result<u64> {
     }
 }
 
-/// `ops` as one sled batch that also records `lsn` as sled's.
-fn sled_batch(ops: &[Op], lsn: u64) -> sled::Batch {
-    let mut batch = unlogged_batch(ops);
-    batch.insert(crate::META_WAL_LSN, &lsn.to_be_bytes());
-    batch
-}
-
-/// `ops` as one sled batch (a temporary store's, which has no log).
-pub(crate) fn unlogged_batch(ops: &[Op]) -> sled::Batch {
-    let mut batch = sled::Batch::default();
-    for (k, v) in ops {
-        match v {
-            Some(v) => batch.insert(k.as_slice(), v.as_slice()),
-            None => batch.remove(k.as_slice()),
-        }
-    }
-    batch
+/// Writes `ops` and records `lsn` as the data file's, in one transaction.
+fn write_logged(t: &mut WriteTable<'_>, ops: &[Op], lsn: u64) -> Result<()> {
+    kv::write_ops(t, ops)?;
+    kv::write_ops(
+        t,
+        &[(
+            crate::META_WAL_LSN.to_vec(),
+            Some(lsn.to_be_bytes().to_vec()),
+        )],
+    )
 }
 
 fn encode_record(out: &mut Vec<u8>, lsn: u64, ops: &[Op]) {
@@ -395,6 +393,11 @@ mod tests {
         assert_eq!(records(&zeros).count(), 1);
     }
 
+    /// `ops` committed to `kv` with `lsn`, as a logged commit does.
+    fn commit(kv: &Kv, ops: &[Op], lsn: u64) {
+        kv.write(|t| write_logged(t, ops, lsn)).unwrap();
+    }
+
     /// Checkpoints restart the log in place: the file stops growing, and
     /// recovery over a restarted log (new records, then older ones) finds
     /// the newest state.
@@ -403,16 +406,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let put = |k: &str, v: u32| (k.as_bytes().to_vec(), Some(v.to_be_bytes().to_vec()));
         {
-            let db = sled::Config::new().path(dir.path()).open().unwrap();
-            let file = File::open(dir.path().join("db")).unwrap();
-            let mut wal = Wal::recover(dir.path(), &db, &file).unwrap();
+            let kv = Kv::open(dir.path()).unwrap();
+            let mut wal = Wal::recover(dir.path(), &kv).unwrap();
             wal.checkpoint_bytes = 10_000;
             let mut restarts = 0;
             for i in 0..1000u32 {
-                wal.apply(&db, &[put("k", i), put(&format!("k{}", i % 7), i)])
-                    .unwrap();
+                let ops = vec![put("k", i), put(&format!("k{}", i % 7), i)];
+                wal.apply(&kv, |_| Ok(ops)).unwrap();
                 let before = wal.output.lock().unwrap().pos;
-                wal.flush(&db, &file).unwrap();
+                wal.flush(&kv).unwrap();
                 if wal.output.lock().unwrap().pos < before {
                     restarts += 1;
                 }
@@ -421,62 +423,56 @@ mod tests {
             let len = std::fs::metadata(dir.path().join("wal")).unwrap().len();
             assert_eq!(len, ALLOCATE_BYTES);
         }
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let file = File::open(dir.path().join("db")).unwrap();
-        Wal::recover(dir.path(), &db, &file).unwrap();
-        assert_eq!(get(&db, b"k"), Some(999u32.to_be_bytes().to_vec()));
-        assert_eq!(get(&db, b"k4"), Some(998u32.to_be_bytes().to_vec()));
-        assert_eq!(stored_lsn(&db).unwrap(), 1000);
+        let kv = Kv::open(dir.path()).unwrap();
+        Wal::recover(dir.path(), &kv).unwrap();
+        assert_eq!(kv.get(b"k").unwrap(), Some(999u32.to_be_bytes().to_vec()));
+        assert_eq!(kv.get(b"k4").unwrap(), Some(998u32.to_be_bytes().to_vec()));
+        assert_eq!(stored_lsn(&kv).unwrap(), 1000);
     }
 
-    fn get(db: &sled::Db, k: &[u8]) -> Option<Vec<u8>> {
-        db.get(k).unwrap().map(|v| v.to_vec())
-    }
-
-    /// Recovery replays only the records above sled's LSN: re-applying an
-    /// older one over a newer state would tear the newer record.
+    /// Recovery replays only the records above the data file's LSN:
+    /// re-applying an older one over a newer state would tear the newer
+    /// record.
     #[test]
-    fn recovery_replays_the_records_sled_lacks_then_empties_the_log() {
+    fn recovery_replays_the_records_the_data_file_lacks_then_empties_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let put = |k: &str, v: &str| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec()));
-        // sled holds records 1..=3; record 3 (never flushed to the log)
-        // wrote k and j; the log has 1 and 2, and record 2 wrote k only.
+        // The data file holds records 1..=3; record 3 (never flushed to the
+        // log) wrote k and j; the log has 1 and 2, and record 2 wrote k only.
         {
-            let db = sled::Config::new().path(dir.path()).open().unwrap();
-            db.apply_batch(sled_batch(&[put("k", "1")], 1)).unwrap();
-            db.apply_batch(sled_batch(&[put("k", "2")], 2)).unwrap();
-            db.apply_batch(sled_batch(&[put("k", "3"), put("j", "3")], 3))
-                .unwrap();
-            db.flush().unwrap();
+            let kv = Kv::open(dir.path()).unwrap();
+            commit(&kv, &[put("k", "1")], 1);
+            commit(&kv, &[put("k", "2")], 2);
+            commit(&kv, &[put("k", "3"), put("j", "3")], 3);
+            kv.sync().unwrap();
             let mut log = Vec::new();
             encode_record(&mut log, 1, &[put("k", "1")]);
             encode_record(&mut log, 2, &[put("k", "2")]);
             std::fs::write(dir.path().join("wal"), &log).unwrap();
         }
         {
-            let db = sled::Config::new().path(dir.path()).open().unwrap();
-            let file = File::open(dir.path().join("db")).unwrap();
-            let wal = Wal::recover(dir.path(), &db, &file).unwrap();
-            assert_eq!(get(&db, b"k").as_deref(), Some(&b"3"[..]));
-            assert_eq!(get(&db, b"j").as_deref(), Some(&b"3"[..]));
-            // The log restarts at offset 0, over records sled now has.
+            let kv = Kv::open(dir.path()).unwrap();
+            let wal = Wal::recover(dir.path(), &kv).unwrap();
+            assert_eq!(kv.get(b"k").unwrap().as_deref(), Some(&b"3"[..]));
+            assert_eq!(kv.get(b"j").unwrap().as_deref(), Some(&b"3"[..]));
+            // The log restarts at offset 0, over records the data file has.
             assert_eq!(wal.output.lock().unwrap().pos, 0);
             assert_eq!(
                 std::fs::metadata(dir.path().join("wal")).unwrap().len(),
                 ALLOCATE_BYTES
             );
-            // The next record continues after sled's LSN.
-            wal.apply(&db, &[put("k", "4")]).unwrap();
-            wal.flush(&db, &file).unwrap();
-            assert_eq!(stored_lsn(&db).unwrap(), 4);
+            // The next record continues after the data file's LSN.
+            wal.apply(&kv, |_| Ok(vec![put("k", "4")])).unwrap();
+            wal.flush(&kv).unwrap();
+            assert_eq!(stored_lsn(&kv).unwrap(), 4);
         }
-        // sled holds record 1 only; the log has 1, 2, 3 and a torn 4:
-        // 2 and 3 are replayed, 4 is not.
+        // The data file holds record 1 only; the log has 1, 2, 3 and a torn
+        // 4: 2 and 3 are replayed, 4 is not.
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::Config::new().path(dir.path()).open().unwrap();
-            db.apply_batch(sled_batch(&[put("k", "1")], 1)).unwrap();
-            db.flush().unwrap();
+            let kv = Kv::open(dir.path()).unwrap();
+            commit(&kv, &[put("k", "1")], 1);
+            kv.sync().unwrap();
             let mut log = Vec::new();
             encode_record(&mut log, 1, &[put("k", "1")]);
             encode_record(&mut log, 2, &[put("k", "2"), put("j", "2")]);
@@ -486,11 +482,39 @@ mod tests {
             log.truncate(whole + 10);
             std::fs::write(dir.path().join("wal"), &log).unwrap();
         }
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let file = File::open(dir.path().join("db")).unwrap();
-        Wal::recover(dir.path(), &db, &file).unwrap();
-        assert_eq!(get(&db, b"k").as_deref(), Some(&b"3"[..]));
-        assert_eq!(get(&db, b"j"), None);
-        assert_eq!(stored_lsn(&db).unwrap(), 3);
+        let kv = Kv::open(dir.path()).unwrap();
+        Wal::recover(dir.path(), &kv).unwrap();
+        assert_eq!(kv.get(b"k").unwrap().as_deref(), Some(&b"3"[..]));
+        assert_eq!(kv.get(b"j").unwrap(), None);
+        assert_eq!(stored_lsn(&kv).unwrap(), 3);
+    }
+
+    /// Commits that were not synced are lost with the data file's unsynced
+    /// state when the process dies without a checkpoint, and come back from
+    /// the log: here the data file is reopened from its last durable
+    /// commit (the handle is leaked, as a crash would leave it, then the
+    /// file is copied).
+    #[test]
+    fn unsynced_commits_come_back_from_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |k: &str, v: &str| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec()));
+        let copy = tempfile::tempdir().unwrap();
+        {
+            let kv = Kv::open(dir.path()).unwrap();
+            let wal = Wal::recover(dir.path(), &kv).unwrap();
+            for i in 0..50 {
+                let v = i.to_string();
+                wal.apply(&kv, |_| Ok(vec![put("k", &v)])).unwrap();
+                wal.flush(&kv).unwrap();
+            }
+            for f in [kv::DATA_FILE, "wal"] {
+                std::fs::copy(dir.path().join(f), copy.path().join(f)).unwrap();
+            }
+            std::mem::forget((kv, wal));
+        }
+        let kv = Kv::open(copy.path()).unwrap();
+        Wal::recover(copy.path(), &kv).unwrap();
+        assert_eq!(kv.get(b"k").unwrap().as_deref(), Some(&b"49"[..]));
+        assert_eq!(stored_lsn(&kv).unwrap(), 50);
     }
 }

@@ -1,0 +1,215 @@
+//! # The ordered key-value file under the store (redb)
+//!
+//! The multi-version store ([`crate::Store`]) keeps its physical keys in
+//! one table of a [redb](https://docs.rs/redb) database, `<dir>/data.redb`
+//! (temporary stores: redb's in-memory backend). redb is a copy-on-write
+//! B-tree of 4 KiB pages: a read transaction is a consistent snapshot of
+//! the last committed state, and a range iterator walks the entries of a
+//! leaf page in place, without copying the page.
+//!
+//! ```text
+//!   data.redb ── table "spindle": physical key (bytes) → value (bytes)
+//!                 20 … 00 [!ts]   versions and heads  (see crate docs)
+//!                 FF "meta/…"     metadata, including meta/wal_lsn
+//! ```
+//!
+//! Invariants:
+//! * Commits are written with `Durability::None`: redb applies them (a
+//!   snapshot begun afterwards sees them) but does not `fsync`; the
+//!   write-ahead log ([`crate::wal`]) makes them durable. [`Kv::sync`] — a
+//!   commit with `Durability::Immediate` — makes everything committed
+//!   before it durable; after a crash redb reopens at its last durable
+//!   commit, whole, and the log replays what came after.
+//! * One write transaction at a time (redb's rule): [`Kv::write`] blocks
+//!   until the previous one has committed, so what it reads inside the
+//!   transaction cannot change under it.
+//! * The table exists from [`Kv::open`] on (created there, durably), so
+//!   every snapshot can open it.
+//!
+//! Why redb and not sled (the store's first engine): measured with the
+//! same keys and 80-byte values (104 000 entries, release build,
+//! 2026-11-22), a full scan took 7.6 ms in redb against 32 ms in sled
+//! (sled's leaves hold at most 16 entries and its iterator clones each
+//! leaf it enters), a seek to each of 4 000 row trees 3.7 ms against
+//! 7.2 ms, 100 000 point reads 29 ms against 55 ms, 10 000 inserts in one
+//! batch 6.3 ms against 80 ms, and 20 000 four-key non-durable commits
+//! 0.36 s of CPU against 0.87–0.99 s (sled's I/O threads write every batch
+//! as a buffer of its own).
+
+use std::path::Path;
+use std::time::Instant;
+
+use redb::{
+    Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, Table, TableDefinition,
+};
+
+use crate::{Error, Result, LOCK_WAIT};
+
+/// The one table: physical key → value.
+const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("spindle");
+
+/// The file of an on-disk store, inside its directory.
+pub(crate) const DATA_FILE: &str = "data.redb";
+
+/// A write transaction's view of the table.
+pub(crate) type WriteTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+
+/// A range of a [`Snapshot`], independent of the snapshot's lifetime.
+pub(crate) type KvRange = redb::Range<'static, &'static [u8], &'static [u8]>;
+
+pub(crate) struct Kv {
+    db: Database,
+    /// The data file (`None` for an in-memory store), for its size.
+    file: Option<std::path::PathBuf>,
+}
+
+impl Kv {
+    /// Opens or creates `dir/data.redb`. Another handle of the same file
+    /// in this process that is being dropped is waited for up to
+    /// [`LOCK_WAIT`].
+    pub(crate) fn open(dir: &Path) -> Result<Kv> {
+        let file = dir.join(DATA_FILE);
+        let started = Instant::now();
+        let db = loop {
+            match Database::create(&file) {
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) if started.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => break r.map_err(redb::Error::from)?,
+            }
+        };
+        Self::init(db, Some(file))
+    }
+
+    /// A store in memory, gone when dropped.
+    pub(crate) fn temporary() -> Result<Kv> {
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(redb::Error::from)?;
+        Self::init(db, None)
+    }
+
+    fn init(db: Database, file: Option<std::path::PathBuf>) -> Result<Kv> {
+        // Creates the table (a no-op when it exists), durably.
+        let txn = db.begin_write().map_err(redb::Error::from)?;
+        txn.open_table(TABLE).map_err(redb::Error::from)?;
+        txn.commit().map_err(redb::Error::from)?;
+        Ok(Kv { db, file })
+    }
+
+    /// A consistent view of everything committed so far.
+    pub(crate) fn snapshot(&self) -> Result<Snapshot> {
+        let txn = self.db.begin_read().map_err(redb::Error::from)?;
+        let table = txn.open_table(TABLE).map_err(redb::Error::from)?;
+        Ok(Snapshot { table })
+    }
+
+    /// The value of one physical key, now.
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.snapshot()?.get(key)
+    }
+
+    /// Runs `f` in a write transaction and commits it (not durably: see
+    /// the module docs). An error from `f` aborts the transaction: none of
+    /// its writes happen.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTable<'_>) -> Result<T>) -> Result<T> {
+        let mut txn = self.db.begin_write().map_err(redb::Error::from)?;
+        txn.set_durability(Durability::None)
+            .map_err(redb::Error::from)?;
+        let out = {
+            let mut table = txn.open_table(TABLE).map_err(redb::Error::from)?;
+            f(&mut table)
+        };
+        match out {
+            Ok(v) => {
+                txn.commit().map_err(redb::Error::from)?;
+                Ok(v)
+            }
+            Err(e) => {
+                txn.abort().map_err(redb::Error::from)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes every commit so far durable (one `fsync` of the data file).
+    pub(crate) fn sync(&self) -> Result<()> {
+        let mut txn = self.db.begin_write().map_err(redb::Error::from)?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(redb::Error::from)?;
+        txn.commit().map_err(redb::Error::from)?;
+        Ok(())
+    }
+
+    /// Size of the data file in bytes (0 in memory).
+    pub(crate) fn size_on_disk(&self) -> Result<u64> {
+        match &self.file {
+            Some(f) => Ok(std::fs::metadata(f)?.len()),
+            None => Ok(0),
+        }
+    }
+}
+
+/// Applies physical operations inside a write transaction.
+pub(crate) fn write_ops(table: &mut WriteTable<'_>, ops: &[crate::wal::Op]) -> Result<()> {
+    for (k, v) in ops {
+        match v {
+            Some(v) => {
+                table
+                    .insert(k.as_slice(), v.as_slice())
+                    .map_err(redb::Error::from)?;
+            }
+            None => {
+                table.remove(k.as_slice()).map_err(redb::Error::from)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The value of `key` inside a write transaction.
+pub(crate) fn write_get(table: &WriteTable<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    Ok(table
+        .get(key)
+        .map_err(redb::Error::from)?
+        .map(|v| v.value().to_vec()))
+}
+
+/// A read snapshot of the table.
+pub(crate) struct Snapshot {
+    table: ReadOnlyTable<&'static [u8], &'static [u8]>,
+}
+
+impl Snapshot {
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .table
+            .get(key)
+            .map_err(redb::Error::from)?
+            .map(|v| v.value().to_vec()))
+    }
+
+    /// The entries in `[start, end)`, or `[start, end]` when `inclusive`.
+    pub(crate) fn range(&self, start: &[u8], end: &[u8], inclusive: bool) -> Result<KvRange> {
+        let r = if inclusive {
+            self.table.range::<&[u8]>(start..=end)
+        } else {
+            self.table.range::<&[u8]>(start..end)
+        };
+        Ok(r.map_err(redb::Error::from)?)
+    }
+
+    /// Every entry with a key below `end`.
+    pub(crate) fn range_to(&self, end: &[u8]) -> Result<KvRange> {
+        Ok(self
+            .table
+            .range::<&[u8]>(..end)
+            .map_err(redb::Error::from)?)
+    }
+}
+
+impl From<redb::Error> for Error {
+    fn from(e: redb::Error) -> Error {
+        Error::Kv(Box::new(e))
+    }
+}
