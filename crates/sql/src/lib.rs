@@ -49,7 +49,7 @@ pub use session::{Engine, Output, Session};
 /// worker hands its other tasks off first (`block_in_place`); elsewhere it
 /// simply runs.
 ///
-/// Point reads by key do not go through here: sled answers them from memory
+/// Point reads by key do not go through here: the store answers them from memory
 /// in microseconds, while `block_in_place` wakes another thread to take the
 /// worker's tasks and back (a perf profile of point selects over the wire
 /// showed more time in those hand-offs than in the reads). A commit

@@ -16,9 +16,8 @@
 //! writes no decision record and the commit costs one flush, not two.
 //! Step 2 needs no flush: once the prepares are durable, recovery finishes
 //! the commit. Step 2 applies every version and removes all of the
-//! transaction's prepare records in one batch (each sled batch is a log
-//! buffer of its own, written and synced separately, so one apply batch
-//! rather than one per participant shortens the next flush), so a set of
+//! transaction's prepare records in one batch (one write transaction and one
+//! log record, rather than one per participant), so a set of
 //! records found after a crash is either complete (committed, nothing
 //! applied yet) or was never complete (nothing applied: the apply starts
 //! after the flush). The flush is shared with concurrent commits (group
