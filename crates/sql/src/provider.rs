@@ -901,6 +901,12 @@ impl PartitionStream for ScanStream {
             // its row tree (children, interleaved index entries), which a
             // scan of this table jumps over instead of reading.
             let mut last_row: Vec<u8> = Vec::new();
+            // Set once a row tree had descendants: from then on the scan
+            // jumps past each row's tree as soon as the row is produced,
+            // without reading its first descendant to find out. (Row keys
+            // of one table have the same number of self-delimiting
+            // components, so no row key starts with another's.)
+            let mut jump_after_rows = false;
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
                 while let Some(item) = iter.next() {
@@ -908,10 +914,17 @@ impl PartitionStream for ScanStream {
                     let pushed = match &fetch {
                         None => {
                             let pushed = rows.push(&key, &value).map_err(external)?;
-                            if pushed {
+                            if pushed && jump_after_rows {
+                                last_row.clear();
+                                match spindle_keys::key::prefix_end(&key) {
+                                    Some(end) => iter.seek(&end),
+                                    None => break,
+                                }
+                            } else if pushed {
                                 last_row.clear();
                                 last_row.extend_from_slice(&key);
                             } else if !last_row.is_empty() && key.starts_with(&last_row) {
+                                jump_after_rows = true;
                                 match spindle_keys::key::prefix_end(&last_row) {
                                     Some(end) => iter.seek(&end),
                                     None => break,
