@@ -53,16 +53,40 @@ pub fn encode_row(columns: &[(u32, &Value)]) -> Vec<u8> {
 
 /// Decodes a row into `(column id, value)` pairs in stored order.
 pub fn decode_row(input: &[u8]) -> Result<Vec<(u32, Value)>, Error> {
+    let mut out = Vec::new();
+    decode_row_with(input, |_| true, |id, v| out.push((id, v)))?;
+    Ok(out)
+}
+
+/// Decodes the columns of a row that `wanted` accepts (by column id) and
+/// hands each to `found`, in stored order; the other columns are skipped
+/// without being decoded (no string is allocated for them). The whole row
+/// is still checked for truncation.
+pub fn decode_row_with(
+    input: &[u8],
+    mut wanted: impl FnMut(u32) -> bool,
+    mut found: impl FnMut(u32, Value),
+) -> Result<(), Error> {
     let mut r = Reader { input, pos: 0 };
     if r.byte()? != FORMAT {
         return Err(Error::Corrupt("unknown row format"));
     }
     let count = r.varint()? as usize;
-    let mut out = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
         let id = u32::try_from(r.varint()?).map_err(|_| Error::Corrupt("column id"))?;
         let tag = r.byte()?;
         use crate::key::*;
+        if !wanted(id) {
+            match tag {
+                TAG_BOOL => r.take(1)?,
+                TAG_INT64 | TAG_TIMESTAMP | TAG_FLOAT64 => r.take(8)?,
+                TAG_DATE => r.take(4)?,
+                TAG_NUMERIC => r.take(16)?,
+                TAG_STRING | TAG_JSON | TAG_BYTES => r.bytes()?,
+                _ => return Err(Error::Corrupt("unknown row value tag")),
+            };
+            continue;
+        }
         let v = match tag {
             TAG_BOOL => Value::Bool(r.byte()? != 0),
             TAG_INT64 => Value::Int64(i64::from_le_bytes(r.array()?)),
@@ -83,9 +107,9 @@ pub fn decode_row(input: &[u8]) -> Result<Vec<(u32, Value)>, Error> {
             TAG_BYTES => Value::Bytes(r.bytes()?.to_vec()),
             _ => return Err(Error::Corrupt("unknown row value tag")),
         };
-        out.push((id, v));
+        found(id, v);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -178,9 +202,31 @@ mod tests {
             }
         }
 
+        /// Skipping columns gives exactly the wanted columns of a full
+        /// decode, and a row truncated anywhere is an error either way.
         #[test]
-        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        fn selective_decode_matches_the_full_decode(
+            cols in proptest::collection::vec((0u32..16, any_value()), 0..8),
+            mask in any::<u16>(),
+            cut in any::<usize>(),
+        ) {
+            let refs: Vec<(u32, &Value)> = cols.iter().map(|(i, v)| (*i, v)).collect();
+            let bytes = encode_row(&refs);
+            let wanted = |id: u32| mask & (1 << id) != 0;
+            let mut some = Vec::new();
+            decode_row_with(&bytes, wanted, |id, v| some.push((id, v))).unwrap();
+            let all: Vec<(u32, Value)> =
+                decode_row(&bytes).unwrap().into_iter().filter(|(id, _)| wanted(*id)).collect();
+            prop_assert_eq!(some, all);
+            let short = &bytes[..cut % bytes.len()];
+            let truncated = decode_row_with(short, wanted, |_, _| ());
+            prop_assert!(truncated.is_err(), "{} of {} bytes decoded", short.len(), bytes.len());
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64), mask in any::<u16>()) {
             let _ = decode_row(&bytes);
+            let _ = decode_row_with(&bytes, |id| mask & (1 << (id % 16)) != 0, |_, _| {});
         }
     }
 }

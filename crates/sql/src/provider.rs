@@ -978,8 +978,13 @@ impl PartitionStream for ScanStream {
 /// Decodes stored rows of one table into column-wise values.
 pub struct RowDecoder<'a> {
     request: &'a ScanRequest,
+    /// `request.chain` as the slice of references `Catalog::decode_key`
+    /// takes (built once, not per row).
+    chain: Vec<&'a Table>,
     key_positions: Vec<Option<usize>>,
-    column_ids: Vec<u32>,
+    /// For a stored column id, the output column it fills (`usize::MAX`:
+    /// not requested); indexed by id.
+    column_of_id: Vec<usize>,
     columns: Vec<Vec<Value>>,
     /// Rows counted when no column is projected (e.g. `SELECT count(*)`).
     zero_width_rows: usize,
@@ -1003,10 +1008,22 @@ impl<'a> RowDecoder<'a> {
             ),
             None => (vec![], vec![]),
         };
+        let mut column_of_id = Vec::new();
+        for (i, id) in column_ids.iter().enumerate() {
+            if key_positions[i].is_some() {
+                continue;
+            }
+            let id = *id as usize;
+            if column_of_id.len() <= id {
+                column_of_id.resize(id + 1, usize::MAX);
+            }
+            column_of_id[id] = i;
+        }
         RowDecoder {
             request,
+            chain: request.chain.iter().collect(),
             key_positions,
-            column_ids,
+            column_of_id,
             columns: vec![Vec::new(); request.columns.len()],
             zero_width_rows: 0,
         }
@@ -1026,8 +1043,7 @@ impl<'a> RowDecoder<'a> {
     /// The values of the requested columns, which must all be key columns,
     /// of one key; `None` if the key belongs to another table of the tree.
     pub fn key_values(&self, key: &[u8]) -> crate::Result<Option<Vec<Value>>> {
-        let chain: Vec<&Table> = self.request.chain.iter().collect();
-        let Some(key_values) = Catalog::decode_key(&chain, key)? else {
+        let Some(key_values) = Catalog::decode_key(&self.chain, key)? else {
             return Ok(None);
         };
         self.key_positions
@@ -1043,29 +1059,44 @@ impl<'a> RowDecoder<'a> {
     /// Decodes one stored row; returns false if the key belongs to another
     /// table of the row tree.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> crate::Result<bool> {
-        let chain: Vec<&Table> = self.request.chain.iter().collect();
-        let Some(key_values) = Catalog::decode_key(&chain, key)? else {
+        let Some(mut key_values) = Catalog::decode_key(&self.chain, key)? else {
             return Ok(false);
-        };
-        let needs_row = self.key_positions.iter().any(|p| p.is_none());
-        let stored = if needs_row {
-            spindle_keys::row::decode_row(value)?
-        } else {
-            Vec::new()
         };
         if self.columns.is_empty() {
             self.zero_width_rows += 1;
+            return Ok(true);
         }
+        let row = self.len();
         for (i, col) in self.columns.iter_mut().enumerate() {
-            let v = match self.key_positions[i] {
-                Some(k) => key_values[k].clone(),
-                None => stored
-                    .iter()
-                    .find(|(id, _)| *id == self.column_ids[i])
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or(Value::Null),
+            if let Some(k) = self.key_positions[i] {
+                col.push(std::mem::replace(&mut key_values[k], Value::Null));
+            }
+        }
+        if !self.column_of_id.is_empty() {
+            // Only the requested stored columns are decoded, each moved
+            // straight into its output column; a column the row lacks is
+            // NULL.
+            let (column_of_id, columns) = (&self.column_of_id, &mut self.columns);
+            let wanted = |id: u32| {
+                column_of_id
+                    .get(id as usize)
+                    .is_some_and(|c| *c != usize::MAX)
             };
-            col.push(v);
+            spindle_keys::row::decode_row_with(value, wanted, |id, v| {
+                if let Some(col) = column_of_id
+                    .get(id as usize)
+                    .and_then(|c| columns.get_mut(*c))
+                {
+                    if col.len() == row {
+                        col.push(v);
+                    }
+                }
+            })?;
+            for col in columns.iter_mut() {
+                if col.len() == row {
+                    col.push(Value::Null);
+                }
+            }
         }
         Ok(true)
     }
