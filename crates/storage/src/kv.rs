@@ -25,6 +25,16 @@
 //!   transaction cannot change under it.
 //! * The table exists from [`Kv::open`] on (created there, durably), so
 //!   every snapshot can open it.
+//! * [`Kv::snapshot`] hands out a shared snapshot until the next write
+//!   transaction commits: every commit bumps `generation` *after* it
+//!   commits, and a snapshot is cached with the generation read *before*
+//!   it was taken, so a cached snapshot holds every commit whose bump came
+//!   before the generation still current. A commit is made visible to
+//!   readers (`Store::publish`) only after its bump, so a reader always
+//!   gets a snapshot with every commit it may see; a commit also drops the
+//!   cached snapshot, so it never pins pages for long. (Beginning a redb read
+//!   transaction and opening the table costs about 0.7 µs, as much as the
+//!   lookup itself.)
 //!
 //! Why redb and not sled (the store's first engine): measured with the
 //! same keys and 80-byte values (104 000 entries, release build,
@@ -37,6 +47,8 @@
 //! as a buffer of its own).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use redb::{
@@ -61,6 +73,10 @@ pub(crate) struct Kv {
     db: Database,
     /// The data file (`None` for an in-memory store), for its size.
     file: Option<std::path::PathBuf>,
+    /// Bumped after every committed write transaction.
+    generation: AtomicU64,
+    /// The last snapshot taken and the generation read before taking it.
+    cached: Mutex<Option<(u64, Arc<Snapshot>)>>,
 }
 
 impl Kv {
@@ -94,14 +110,32 @@ impl Kv {
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(TABLE).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;
-        Ok(Kv { db, file })
+        Ok(Kv {
+            db,
+            file,
+            generation: AtomicU64::new(0),
+            cached: Mutex::new(None),
+        })
     }
 
-    /// A consistent view of everything committed so far.
-    pub(crate) fn snapshot(&self) -> Result<Snapshot> {
+    /// A consistent view of everything committed so far (shared until
+    /// the next commit: see the module docs).
+    pub(crate) fn snapshot(&self) -> Result<Arc<Snapshot>> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut cached = self
+            .cached
+            .lock()
+            .map_err(|_| Error::Corrupt("snapshot cache lock poisoned".into()))?;
+        if let Some((g, s)) = cached.as_ref() {
+            if *g == generation {
+                return Ok(s.clone());
+            }
+        }
         let txn = self.db.begin_read().map_err(redb::Error::from)?;
         let table = txn.open_table(TABLE).map_err(redb::Error::from)?;
-        Ok(Snapshot { table })
+        let snapshot = Arc::new(Snapshot { table });
+        *cached = Some((generation, snapshot.clone()));
+        Ok(snapshot)
     }
 
     /// The value of one physical key, now.
@@ -123,6 +157,12 @@ impl Kv {
         match out {
             Ok(v) => {
                 txn.commit().map_err(redb::Error::from)?;
+                self.generation.fetch_add(1, Ordering::AcqRel);
+                // The stale snapshot is dropped now rather than at the next
+                // read: while it lives, redb cannot reuse the pages this
+                // commit freed (a write-only stretch would grow the file).
+                let stale = self.cached.lock().ok().and_then(|mut c| c.take());
+                drop(stale);
                 Ok(v)
             }
             Err(e) => {

@@ -616,7 +616,7 @@ fn decode_entry<'a>(pk: &'a [u8], v: &'a [u8]) -> Result<Entry<'a>> {
 pub struct ScanIter {
     /// The store as of the scan's start (`None` if it could not be taken:
     /// then `error` holds why).
-    snapshot: Option<kv::Snapshot>,
+    snapshot: Option<std::sync::Arc<kv::Snapshot>>,
     end: Vec<u8>,
     inner: Option<kv::KvRange>,
     ts: Timestamp,
