@@ -67,6 +67,7 @@ mod wal;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use spindle_keys::key::prefix_end;
 use tracing::debug;
 
 const META_PREFIX: &[u8] = b"\xFFmeta/";
@@ -495,19 +496,6 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-}
-
-/// The first key after every key that starts with `prefix` (`None` when
-/// there is none: `prefix` is all `FF`).
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xFF {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 fn physical_key(key: &[u8], ts: Timestamp) -> Vec<u8> {
