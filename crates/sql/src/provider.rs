@@ -985,6 +985,9 @@ pub struct RowDecoder<'a> {
     /// For a stored column id, the output column it fills (`usize::MAX`:
     /// not requested); indexed by id.
     column_of_id: Vec<usize>,
+    /// Output columns that repeat an earlier one (same key position or
+    /// stored column): `(this column, the earlier one)`, filled by copying.
+    repeats: Vec<(usize, usize)>,
     columns: Vec<Vec<Value>>,
     /// Rows counted when no column is projected (e.g. `SELECT count(*)`).
     zero_width_rows: usize,
@@ -1009,7 +1012,14 @@ impl<'a> RowDecoder<'a> {
             None => (vec![], vec![]),
         };
         let mut column_of_id = Vec::new();
+        let mut repeats = Vec::new();
         for (i, id) in column_ids.iter().enumerate() {
+            if let Some(first) = (0..i)
+                .find(|j| key_positions[*j] == key_positions[i] && column_ids[*j] == column_ids[i])
+            {
+                repeats.push((i, first));
+                continue;
+            }
             if key_positions[i].is_some() {
                 continue;
             }
@@ -1024,6 +1034,7 @@ impl<'a> RowDecoder<'a> {
             chain: request.chain.iter().collect(),
             key_positions,
             column_of_id,
+            repeats,
             columns: vec![Vec::new(); request.columns.len()],
             zero_width_rows: 0,
         }
@@ -1069,7 +1080,9 @@ impl<'a> RowDecoder<'a> {
         let row = self.len();
         for (i, col) in self.columns.iter_mut().enumerate() {
             if let Some(k) = self.key_positions[i] {
-                col.push(std::mem::replace(&mut key_values[k], Value::Null));
+                if col.len() == row && !self.repeats.iter().any(|(r, _)| *r == i) {
+                    col.push(std::mem::replace(&mut key_values[k], Value::Null));
+                }
             }
         }
         if !self.column_of_id.is_empty() {
@@ -1092,10 +1105,14 @@ impl<'a> RowDecoder<'a> {
                     }
                 }
             })?;
-            for col in columns.iter_mut() {
-                if col.len() == row {
-                    col.push(Value::Null);
-                }
+        }
+        for &(i, first) in &self.repeats {
+            let v = self.columns[first].get(row).cloned().unwrap_or(Value::Null);
+            self.columns[i].push(v);
+        }
+        for col in self.columns.iter_mut() {
+            if col.len() == row {
+                col.push(Value::Null);
             }
         }
         Ok(true)
