@@ -1218,6 +1218,41 @@ mod tests {
             .any(|r| k >= r.start.as_slice() && r.end.as_ref().is_none_or(|e| k < e.as_slice()))
     }
 
+    /// A column requested twice (key or stored, present or NULL) gets its
+    /// value in every copy, though each value is decoded once and moved.
+    #[test]
+    fn a_column_requested_twice_is_filled_in_every_copy() {
+        let c = catalog();
+        let t = c.table("c").unwrap();
+        let request = ScanRequest {
+            chain: c.ancestry("c").unwrap().into_iter().cloned().collect(),
+            ranges: vec![],
+            // a, b, v, a, v, b
+            columns: vec![0, 1, 2, 0, 2, 1],
+            limit: None,
+        };
+        let v_id = t.columns[2].id;
+        let mut rows = RowDecoder::new(&request);
+        let with_v = spindle_keys::row::encode_row(&[(v_id, &Value::Int64(7))]);
+        let without_v = spindle_keys::row::encode_row(&[]);
+        assert!(rows.push(&key(&c, "c", &[5, 1]), &with_v).unwrap());
+        assert!(rows.push(&key(&c, "c", &[6, 2]), &without_v).unwrap());
+        // The parent's row is not a row of c.
+        assert!(!rows.push(&key(&c, "p", &[5]), &without_v).unwrap());
+        let int = |i: i64| Value::Int64(i);
+        assert_eq!(
+            rows.columns,
+            vec![
+                vec![int(5), int(6)],
+                vec![int(1), int(2)],
+                vec![int(7), Value::Null],
+                vec![int(5), int(6)],
+                vec![int(7), Value::Null],
+                vec![int(1), int(2)],
+            ]
+        );
+    }
+
     #[test]
     fn equality_on_the_key_prefix_is_exact_and_narrow() {
         let c = catalog();

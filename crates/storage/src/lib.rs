@@ -251,13 +251,10 @@ impl Store {
         let mut out = Vec::new();
         for item in self.kv.snapshot()?.range(&key, &end, false)? {
             let (k, v) = item.map_err(redb::Error::from)?;
-            let Some(name) = k.value().strip_prefix(key.as_slice()) else {
-                continue;
-            };
-            let mut full = prefix.as_bytes().to_vec();
-            full.extend_from_slice(name);
+            // Every key in the range starts with `key`, so with META_PREFIX.
+            let name = k.value().get(META_PREFIX.len()..).unwrap_or_default();
             out.push((
-                String::from_utf8_lossy(&full).into_owned(),
+                String::from_utf8_lossy(name).into_owned(),
                 v.value().to_vec(),
             ));
         }
