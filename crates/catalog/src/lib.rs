@@ -379,6 +379,37 @@ impl Catalog {
         Ok(if pos == key.len() { Some(values) } else { None })
     }
 
+    /// Like [`Catalog::decode_key`] without decoding: fills `spans` with
+    /// the byte range of each key column's encoded value in `key` (key
+    /// column order, root's first) and returns false if the key is not a
+    /// row of the chain's last table. `spans` is a buffer reused across
+    /// rows, so a scan allocates nothing per key.
+    pub fn key_spans(
+        chain: &[&Table],
+        key: &[u8],
+        spans: &mut Vec<(usize, usize)>,
+    ) -> std::result::Result<bool, spindle_keys::Error> {
+        spans.clear();
+        let mut pos = 0;
+        let mut start = 0;
+        for t in chain {
+            if pos >= key.len() {
+                return Ok(false);
+            }
+            let id = spindle_keys::key::decode_table_prefix(key, &mut pos)?;
+            if id != t.id {
+                return Ok(false);
+            }
+            for _ in start..t.primary_key.len() {
+                let n = spindle_keys::key::value_len(&key[pos..])?;
+                spans.push((pos, pos + n));
+                pos += n;
+            }
+            start = t.primary_key.len();
+        }
+        Ok(pos == key.len())
+    }
+
     pub fn create_table(&mut self, def: TableDef) -> Result<&Table> {
         let name = def.name.clone();
         if self.table(&name).is_some() || self.index(&name).is_some() {
@@ -977,6 +1008,16 @@ mod tests {
         assert_eq!(Catalog::decode_key(&chain, &parent).unwrap(), None);
         let schain = c.ancestry("singers").unwrap();
         assert_eq!(Catalog::decode_key(&schain, &child).unwrap(), None);
+        // key_spans finds the same values without decoding them.
+        let mut spans = Vec::new();
+        assert!(Catalog::key_spans(&chain, &child, &mut spans).unwrap());
+        let spanned: Vec<Value> = spans
+            .iter()
+            .map(|(a, b)| spindle_keys::key::decode_value(&child[*a..*b]).unwrap().0)
+            .collect();
+        assert_eq!(spanned, vec![Value::Int64(1), Value::Int64(7)]);
+        assert!(!Catalog::key_spans(&chain, &parent, &mut spans).unwrap());
+        assert!(!Catalog::key_spans(&schain, &child, &mut spans).unwrap());
         // A prefix of exactly the parent's key, descending, covers only albums.
         let p = c
             .encode_key_prefix(&chain, &[Value::Int64(1)], true)

@@ -151,39 +151,26 @@ pub fn decode_value(input: &[u8]) -> Result<(Value, usize), Error> {
         let b = *input.get(i).ok_or(Error::Corrupt("truncated key value"))?;
         Ok(if desc { !b } else { b })
     };
-    let fixed = |n: usize| -> Result<Vec<u8>, Error> { (1..=n).map(get).collect() };
     let tag = get(0)?;
     let (v, len) = match tag {
         TAG_NULL => (Value::Null, 1),
         TAG_BOOL => (Value::Bool(get(1)? != 0), 2),
         TAG_INT64 => {
-            let b = fixed(8)?;
-            let u = u64::from_be_bytes(arr(&b)?);
+            let u = u64::from_be_bytes(fixed(input, desc)?);
             (Value::Int64((u ^ (1 << 63)) as i64), 9)
         }
         TAG_FLOAT64 => {
-            let b = fixed(8)?;
-            let u = u64::from_be_bytes(arr(&b)?);
+            let u = u64::from_be_bytes(fixed(input, desc)?);
             let bits = if u >> 63 == 1 { u ^ (1 << 63) } else { !u };
             (Value::Float64(f64::from_bits(bits)), 9)
         }
         TAG_STRING | TAG_BYTES => {
-            let mut bytes = Vec::new();
-            let mut i = 1;
-            loop {
-                let b = get(i)?;
-                if b == 0 {
-                    match get(i + 1)? {
-                        0xFF => bytes.push(0),
-                        0x01 => break,
-                        _ => return Err(Error::Corrupt("bad escape in key string")),
-                    }
-                    i += 2;
-                } else {
-                    bytes.push(b);
-                    i += 1;
-                }
-            }
+            // The common case, ascending without escapes: one copy.
+            let body = &input[1..];
+            let (bytes, len) = match (desc, body.iter().position(|b| *b == 0)) {
+                (false, Some(z)) if body.get(z + 1) == Some(&0x01) => (body[..z].to_vec(), z + 3),
+                _ => decode_escaped(&get)?,
+            };
             let v = if tag == TAG_STRING {
                 Value::String(
                     String::from_utf8(bytes).map_err(|_| Error::Corrupt("key string not UTF-8"))?,
@@ -191,26 +178,59 @@ pub fn decode_value(input: &[u8]) -> Result<(Value, usize), Error> {
             } else {
                 Value::Bytes(bytes)
             };
-            (v, i + 2)
+            (v, len)
         }
         TAG_DATE => {
-            let b = fixed(4)?;
-            let u = u32::from_be_bytes(arr(&b)?);
+            let u = u32::from_be_bytes(fixed(input, desc)?);
             (Value::Date((u ^ (1 << 31)) as i32), 5)
         }
         TAG_TIMESTAMP => {
-            let b = fixed(8)?;
-            let u = u64::from_be_bytes(arr(&b)?);
+            let u = u64::from_be_bytes(fixed(input, desc)?);
             (Value::Timestamp((u ^ (1 << 63)) as i64), 9)
         }
         TAG_NUMERIC => {
-            let b = fixed(16)?;
-            let u = u128::from_be_bytes(arr(&b)?);
+            let u = u128::from_be_bytes(fixed(input, desc)?);
             (Value::Numeric((u ^ (1 << 127)) as i128), 17)
         }
         _ => return Err(Error::Corrupt("unknown key value tag")),
     };
     Ok((v, len))
+}
+
+/// The `N` payload bytes after a value's tag, un-inverted for DESC.
+fn fixed<const N: usize>(input: &[u8], desc: bool) -> Result<[u8; N], Error> {
+    let mut b: [u8; N] = arr(input
+        .get(1..=N)
+        .ok_or(Error::Corrupt("truncated key value"))?)?;
+    if desc {
+        for x in &mut b {
+            *x = !*x;
+        }
+    }
+    Ok(b)
+}
+
+/// An escaped string or bytes payload (after the tag), read byte by byte
+/// through `get` (which un-inverts DESC bytes): the bytes and the encoded
+/// length including tag and terminator.
+fn decode_escaped(get: &dyn Fn(usize) -> Result<u8, Error>) -> Result<(Vec<u8>, usize), Error> {
+    let mut bytes = Vec::new();
+    let mut i = 1;
+    loop {
+        let b = get(i)?;
+        if b == 0 {
+            match get(i + 1)? {
+                0xFF => bytes.push(0),
+                0x01 => break,
+                _ => return Err(Error::Corrupt("bad escape in key string")),
+            }
+            i += 2;
+        } else {
+            bytes.push(b);
+            i += 1;
+        }
+    }
+    Ok((bytes, i + 2))
 }
 
 fn arr<const N: usize>(b: &[u8]) -> Result<[u8; N], Error> {

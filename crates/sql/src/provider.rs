@@ -909,30 +909,49 @@ impl PartitionStream for ScanStream {
             let mut jump_after_rows = false;
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
-                while let Some(item) = iter.next() {
-                    let (key, value) = item.map_err(|e| external(crate::Error::from(e)))?;
+                loop {
+                    // Set when nothing after this entry is in range.
+                    let mut last_in_range = false;
                     let pushed = match &fetch {
                         None => {
-                            let pushed = rows.push(&key, &value).map_err(external)?;
-                            if pushed && jump_after_rows {
-                                last_row.clear();
-                                match spindle_keys::key::prefix_end(&key) {
-                                    Some(end) => iter.seek(&end),
-                                    None => break,
+                            // Decoded straight from the store's pages.
+                            let step = iter.next_with(|key, value| {
+                                let pushed = rows.push(key, value)?;
+                                let jump = if pushed && jump_after_rows {
+                                    Some(spindle_keys::key::prefix_end(key))
+                                } else if pushed {
+                                    last_row.clear();
+                                    last_row.extend_from_slice(key);
+                                    None
+                                } else if !last_row.is_empty() && key.starts_with(&last_row) {
+                                    jump_after_rows = true;
+                                    Some(spindle_keys::key::prefix_end(&last_row))
+                                } else {
+                                    None
+                                };
+                                Ok::<_, crate::Error>((pushed, jump))
+                            });
+                            let Some(step) = step else {
+                                break;
+                            };
+                            let (pushed, jump) = step
+                                .map_err(|e| external(crate::Error::from(e)))?
+                                .map_err(external)?;
+                            match jump {
+                                Some(Some(end)) => {
+                                    last_row.clear();
+                                    iter.seek(&end);
                                 }
-                            } else if pushed {
-                                last_row.clear();
-                                last_row.extend_from_slice(&key);
-                            } else if !last_row.is_empty() && key.starts_with(&last_row) {
-                                jump_after_rows = true;
-                                match spindle_keys::key::prefix_end(&last_row) {
-                                    Some(end) => iter.seek(&end),
-                                    None => break,
-                                }
+                                Some(None) => last_in_range = true,
+                                None => {}
                             }
                             pushed
                         }
                         Some((_, reader)) => {
+                            let Some(item) = iter.next() else {
+                                break;
+                            };
+                            let (key, _) = item.map_err(|e| external(crate::Error::from(e)))?;
                             // An index entry: decode the base key, fetch the row.
                             let Some(pk) = entry_keys.key_values(&key).map_err(external)? else {
                                 continue;
@@ -957,7 +976,7 @@ impl PartitionStream for ScanStream {
                             return Ok(()); // the consumer went away (e.g. LIMIT reached)
                         }
                     }
-                    if request.limit.is_some_and(|l| produced >= l) {
+                    if last_in_range || request.limit.is_some_and(|l| produced >= l) {
                         break;
                     }
                 }
@@ -989,6 +1008,8 @@ pub struct RowDecoder<'a> {
     /// stored column): `(this column, the earlier one)`, filled by copying.
     repeats: Vec<(usize, usize)>,
     columns: Vec<Vec<Value>>,
+    /// Byte ranges of the current key's key columns (a reused buffer).
+    spans: Vec<(usize, usize)>,
     /// Rows counted when no column is projected (e.g. `SELECT count(*)`).
     zero_width_rows: usize,
 }
@@ -1036,6 +1057,7 @@ impl<'a> RowDecoder<'a> {
             column_of_id,
             repeats,
             columns: vec![Vec::new(); request.columns.len()],
+            spans: Vec::new(),
             zero_width_rows: 0,
         }
     }
@@ -1070,9 +1092,10 @@ impl<'a> RowDecoder<'a> {
     /// Decodes one stored row; returns false if the key belongs to another
     /// table of the row tree.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> crate::Result<bool> {
-        let Some(mut key_values) = Catalog::decode_key(&self.chain, key)? else {
+        // Key columns are located, not decoded; only requested ones are.
+        if !Catalog::key_spans(&self.chain, key, &mut self.spans)? {
             return Ok(false);
-        };
+        }
         if self.columns.is_empty() {
             self.zero_width_rows += 1;
             return Ok(true);
@@ -1081,7 +1104,10 @@ impl<'a> RowDecoder<'a> {
         for (i, col) in self.columns.iter_mut().enumerate() {
             if let Some(k) = self.key_positions[i] {
                 if col.len() == row && !self.repeats.iter().any(|(r, _)| *r == i) {
-                    col.push(std::mem::replace(&mut key_values[k], Value::Null));
+                    let (a, b) = self.spans.get(k).copied().ok_or_else(|| {
+                        crate::Error::Internal("key column beyond the row key".into())
+                    })?;
+                    col.push(spindle_keys::key::decode_value(&key[a..b])?.0);
                 }
             }
         }

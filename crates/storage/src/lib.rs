@@ -633,10 +633,11 @@ impl ScanIter {
     }
 }
 
-impl Iterator for ScanIter {
-    type Item = Result<(Vec<u8>, Vec<u8>)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl ScanIter {
+    /// The next live `(logical key, value)`, handed to `f` as slices of
+    /// the store's pages (no copy); `None` at the end of the scan. The
+    /// iterator's `next` is this with the two slices copied.
+    pub fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
         if let Some(e) = self.error.take() {
             self.inner = None;
             return Some(Err(e));
@@ -658,9 +659,17 @@ impl Iterator for ScanIter {
             self.last.extend_from_slice(e.key);
             self.has_last = true;
             if let Some(value) = e.payload {
-                return Some(Ok((e.key.to_vec(), value.to_vec())));
+                return Some(Ok(f(e.key, value)));
             }
         }
+    }
+}
+
+impl Iterator for ScanIter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_with(|k, v| (k.to_vec(), v.to_vec()))
     }
 }
 

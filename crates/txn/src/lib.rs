@@ -1508,6 +1508,16 @@ impl TxnScan {
         }
     }
 
+    /// The next `(key, value)` handed to `f` as borrowed slices: straight
+    /// from the store's pages (no copy) while no buffered write or peeked
+    /// entry is in the way, which is every row of a read-only scan.
+    pub fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+        if self.peeked.is_none() && self.overlay.peek().is_none() {
+            return self.store.next_with(f).map(|r| r.map_err(Error::from));
+        }
+        self.next().map(|r| r.map(|(k, v)| f(&k, &v)))
+    }
+
     fn peek_store(&mut self) -> Option<&StoreItem> {
         if self.peeked.is_none() {
             self.peeked = Some(self.store.next());
