@@ -58,14 +58,76 @@ pub fn decode_row(input: &[u8]) -> Result<Vec<(u32, Value)>, Error> {
     Ok(out)
 }
 
+/// A stored value borrowed from the row's bytes: what [`visit_row`] hands
+/// out, so that a scan can append a string to its output column without
+/// allocating a `String` for it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RawValue<'a> {
+    Bool(bool),
+    Int64(i64),
+    Float64(f64),
+    Date(i32),
+    Timestamp(i64),
+    Numeric(i128),
+    String(&'a str),
+    Json(&'a str),
+    Bytes(&'a [u8]),
+}
+
+impl RawValue<'_> {
+    /// The owned value.
+    pub fn to_value(self) -> Value {
+        match self {
+            RawValue::Bool(b) => Value::Bool(b),
+            RawValue::Int64(i) => Value::Int64(i),
+            RawValue::Float64(f) => Value::Float64(f),
+            RawValue::Date(d) => Value::Date(d),
+            RawValue::Timestamp(t) => Value::Timestamp(t),
+            RawValue::Numeric(n) => Value::Numeric(n),
+            RawValue::String(s) => Value::String(s.to_string()),
+            RawValue::Json(s) => Value::Json(s.to_string()),
+            RawValue::Bytes(b) => Value::Bytes(b.to_vec()),
+        }
+    }
+
+    /// The name of the value's type, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            RawValue::Bool(_) => "BOOL",
+            RawValue::Int64(_) => "INT64",
+            RawValue::Float64(_) => "FLOAT64",
+            RawValue::Date(_) => "DATE",
+            RawValue::Timestamp(_) => "TIMESTAMP",
+            RawValue::Numeric(_) => "NUMERIC",
+            RawValue::String(_) => "STRING",
+            RawValue::Json(_) => "JSON",
+            RawValue::Bytes(_) => "BYTES",
+        }
+    }
+}
+
 /// Decodes the columns of a row that `wanted` accepts (by column id) and
 /// hands each to `found`, in stored order; the other columns are skipped
 /// without being decoded (no string is allocated for them). The whole row
 /// is still checked for truncation.
 pub fn decode_row_with(
     input: &[u8],
-    mut wanted: impl FnMut(u32) -> bool,
+    wanted: impl FnMut(u32) -> bool,
     mut found: impl FnMut(u32, Value),
+) -> Result<(), Error> {
+    visit_row(input, wanted, |id, v| {
+        found(id, v.to_value());
+        Ok(())
+    })
+}
+
+/// Like [`decode_row_with`], handing out values borrowed from `input`
+/// (strings are checked to be UTF-8, not copied). An error from `found`
+/// stops the walk and is returned.
+pub fn visit_row<'a>(
+    input: &'a [u8],
+    mut wanted: impl FnMut(u32) -> bool,
+    mut found: impl FnMut(u32, RawValue<'a>) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut r = Reader { input, pos: 0 };
     if r.byte()? != FORMAT {
@@ -87,27 +149,22 @@ pub fn decode_row_with(
             };
             continue;
         }
+        let text = |b: &'a [u8]| {
+            std::str::from_utf8(b).map_err(|_| Error::Corrupt("row string not UTF-8"))
+        };
         let v = match tag {
-            TAG_BOOL => Value::Bool(r.byte()? != 0),
-            TAG_INT64 => Value::Int64(i64::from_le_bytes(r.array()?)),
-            TAG_TIMESTAMP => Value::Timestamp(i64::from_le_bytes(r.array()?)),
-            TAG_FLOAT64 => Value::Float64(f64::from_bits(u64::from_le_bytes(r.array()?))),
-            TAG_DATE => Value::Date(i32::from_le_bytes(r.array()?)),
-            TAG_NUMERIC => Value::Numeric(i128::from_le_bytes(r.array()?)),
-            TAG_STRING | TAG_JSON => {
-                let b = r.bytes()?;
-                let s = String::from_utf8(b.to_vec())
-                    .map_err(|_| Error::Corrupt("row string not UTF-8"))?;
-                if tag == TAG_STRING {
-                    Value::String(s)
-                } else {
-                    Value::Json(s)
-                }
-            }
-            TAG_BYTES => Value::Bytes(r.bytes()?.to_vec()),
+            TAG_BOOL => RawValue::Bool(r.byte()? != 0),
+            TAG_INT64 => RawValue::Int64(i64::from_le_bytes(r.array()?)),
+            TAG_TIMESTAMP => RawValue::Timestamp(i64::from_le_bytes(r.array()?)),
+            TAG_FLOAT64 => RawValue::Float64(f64::from_bits(u64::from_le_bytes(r.array()?))),
+            TAG_DATE => RawValue::Date(i32::from_le_bytes(r.array()?)),
+            TAG_NUMERIC => RawValue::Numeric(i128::from_le_bytes(r.array()?)),
+            TAG_STRING => RawValue::String(text(r.bytes()?)?),
+            TAG_JSON => RawValue::Json(text(r.bytes()?)?),
+            TAG_BYTES => RawValue::Bytes(r.bytes()?),
             _ => return Err(Error::Corrupt("unknown row value tag")),
         };
-        found(id, v);
+        found(id, v)?;
     }
     Ok(())
 }

@@ -66,7 +66,7 @@ use spindle_keys::{Direction, Value};
 use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager};
 
 use crate::index::IndexPlan;
-use crate::types::{array_value, build_array, table_schema};
+use crate::types::{array_value, table_schema, ColumnBuilder};
 
 /// Most key points an IN-list product may expand to before the scan falls
 /// back to a range over the common prefix.
@@ -893,8 +893,8 @@ impl PartitionStream for ScanStream {
         builder.spawn_blocking(move || {
             let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
             let output = fetch.as_ref().map(|(base, _)| base).unwrap_or(&request);
-            let mut rows = RowDecoder::new(output);
-            let entry_keys = RowDecoder::new(&request);
+            let mut rows = RowDecoder::new(output).map_err(external)?;
+            let entry_keys = RowDecoder::new(&request).map_err(external)?;
             let base_chain: Vec<&Table> = output.chain.iter().collect();
             let mut produced = 0usize;
             // The key of the last row produced: a key below it belongs to
@@ -994,10 +994,11 @@ impl PartitionStream for ScanStream {
     }
 }
 
-/// Decodes stored rows of one table into column-wise values.
+/// Decodes stored rows of one table into Arrow columns: requested stored
+/// values are appended straight from the row's bytes, key columns are
+/// decoded only when requested, and nothing else is decoded.
 pub struct RowDecoder<'a> {
-    request: &'a ScanRequest,
-    /// `request.chain` as the slice of references `Catalog::decode_key`
+    /// `request.chain` as the slice of references `Catalog::key_spans`
     /// takes (built once, not per row).
     chain: Vec<&'a Table>,
     key_positions: Vec<Option<usize>>,
@@ -1005,33 +1006,38 @@ pub struct RowDecoder<'a> {
     /// not requested); indexed by id.
     column_of_id: Vec<usize>,
     /// Output columns that repeat an earlier one (same key position or
-    /// stored column): `(this column, the earlier one)`, filled by copying.
+    /// stored column): `(this column, the earlier one)`. They are not
+    /// built: each batch shares the earlier column's array.
     repeats: Vec<(usize, usize)>,
-    columns: Vec<Vec<Value>>,
+    /// One builder per output column; a repeat's stays empty.
+    columns: Vec<ColumnBuilder>,
     /// Byte ranges of the current key's key columns (a reused buffer).
     spans: Vec<(usize, usize)>,
-    /// Rows counted when no column is projected (e.g. `SELECT count(*)`).
-    zero_width_rows: usize,
+    /// Rows buffered since the last batch.
+    rows: usize,
 }
 
 impl<'a> RowDecoder<'a> {
-    pub fn new(request: &'a ScanRequest) -> Self {
-        let table = request.chain.last();
-        let (key_positions, column_ids) = match table {
-            Some(t) => (
-                request
-                    .columns
+    pub fn new(request: &'a ScanRequest) -> crate::Result<Self> {
+        let table = request
+            .chain
+            .last()
+            .ok_or_else(|| crate::Error::Internal("a scan without a table".into()))?;
+        let key_positions: Vec<Option<usize>> = request
+            .columns
+            .iter()
+            .map(|c| {
+                table
+                    .primary_key
                     .iter()
-                    .map(|c| {
-                        t.primary_key
-                            .iter()
-                            .position(|k| k.name == t.columns[*c].name)
-                    })
-                    .collect(),
-                request.columns.iter().map(|c| t.columns[*c].id).collect(),
-            ),
-            None => (vec![], vec![]),
-        };
+                    .position(|k| k.name == table.columns[*c].name)
+            })
+            .collect();
+        let column_ids: Vec<u32> = request
+            .columns
+            .iter()
+            .map(|c| table.columns[*c].id)
+            .collect();
         let mut column_of_id = Vec::new();
         let mut repeats = Vec::new();
         for (i, id) in column_ids.iter().enumerate() {
@@ -1050,27 +1056,28 @@ impl<'a> RowDecoder<'a> {
             }
             column_of_id[id] = i;
         }
-        RowDecoder {
-            request,
+        let columns = request
+            .columns
+            .iter()
+            .map(|c| ColumnBuilder::new(&table.columns[*c].data_type, BATCH_ROWS))
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(RowDecoder {
             chain: request.chain.iter().collect(),
             key_positions,
             column_of_id,
             repeats,
-            columns: vec![Vec::new(); request.columns.len()],
+            columns,
             spans: Vec::new(),
-            zero_width_rows: 0,
-        }
+            rows: 0,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.rows == 0
     }
 
     pub fn len(&self) -> usize {
-        self.columns
-            .first()
-            .map(|c| c.len())
-            .unwrap_or(self.zero_width_rows)
+        self.rows
     }
 
     /// The values of the requested columns, which must all be key columns,
@@ -1089,6 +1096,10 @@ impl<'a> RowDecoder<'a> {
             .map(Some)
     }
 
+    fn is_repeat(&self, i: usize) -> bool {
+        !self.repeats.is_empty() && self.repeats.iter().any(|(r, _)| *r == i)
+    }
+
     /// Decodes one stored row; returns false if the key belongs to another
     /// table of the row tree.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> crate::Result<bool> {
@@ -1096,24 +1107,28 @@ impl<'a> RowDecoder<'a> {
         if !Catalog::key_spans(&self.chain, key, &mut self.spans)? {
             return Ok(false);
         }
+        let row = self.rows;
+        self.rows += 1;
         if self.columns.is_empty() {
-            self.zero_width_rows += 1;
             return Ok(true);
         }
-        let row = self.len();
-        for (i, col) in self.columns.iter_mut().enumerate() {
-            if let Some(k) = self.key_positions[i] {
-                if col.len() == row && !self.repeats.iter().any(|(r, _)| *r == i) {
-                    let (a, b) = self.spans.get(k).copied().ok_or_else(|| {
-                        crate::Error::Internal("key column beyond the row key".into())
-                    })?;
-                    col.push(spindle_keys::key::decode_value(&key[a..b])?.0);
-                }
+        for i in 0..self.columns.len() {
+            let Some(k) = self.key_positions[i] else {
+                continue;
+            };
+            if self.is_repeat(i) {
+                continue;
             }
+            let (a, b) =
+                self.spans.get(k).copied().ok_or_else(|| {
+                    crate::Error::Internal("key column beyond the row key".into())
+                })?;
+            let v = spindle_keys::key::decode_value(&key[a..b])?.0;
+            self.columns[i].append_value(&v)?;
         }
         if !self.column_of_id.is_empty() {
-            // Only the requested stored columns are decoded, each moved
-            // straight into its output column; a column the row lacks is
+            // Only the requested stored columns are decoded, each appended
+            // straight from the row's bytes; a column the row lacks is
             // NULL.
             let (column_of_id, columns) = (&self.column_of_id, &mut self.columns);
             let wanted = |id: u32| {
@@ -1121,24 +1136,27 @@ impl<'a> RowDecoder<'a> {
                     .get(id as usize)
                     .is_some_and(|c| *c != usize::MAX)
             };
-            spindle_keys::row::decode_row_with(value, wanted, |id, v| {
+            let mut mismatch = None;
+            spindle_keys::row::visit_row(value, wanted, |id, v| {
                 if let Some(col) = column_of_id
                     .get(id as usize)
                     .and_then(|c| columns.get_mut(*c))
                 {
                     if col.len() == row {
-                        col.push(v);
+                        if let Err(e) = col.append_raw(v) {
+                            mismatch = Some(e);
+                        }
                     }
                 }
+                Ok(())
             })?;
+            if let Some(e) = mismatch {
+                return Err(e);
+            }
         }
-        for &(i, first) in &self.repeats {
-            let v = self.columns[first].get(row).cloned().unwrap_or(Value::Null);
-            self.columns[i].push(v);
-        }
-        for col in self.columns.iter_mut() {
-            if col.len() == row {
-                col.push(Value::Null);
+        for i in 0..self.columns.len() {
+            if self.columns[i].len() == row && !self.is_repeat(i) {
+                self.columns[i].append_null();
             }
         }
         Ok(true)
@@ -1146,20 +1164,12 @@ impl<'a> RowDecoder<'a> {
 
     /// Returns the buffered rows as a record batch and clears the buffer.
     pub fn finish(&mut self, schema: &SchemaRef) -> datafusion::error::Result<RecordBatch> {
-        let table = self
-            .request
-            .chain
-            .last()
-            .ok_or_else(|| DataFusionError::Internal("empty chain".into()))?;
-        let mut arrays = Vec::with_capacity(self.columns.len());
-        for (i, vals) in self.columns.iter_mut().enumerate() {
-            let ty = &table.columns[self.request.columns[i]].data_type;
-            let refs: Vec<&Value> = vals.iter().collect();
-            arrays
-                .push(build_array(ty, &refs).map_err(|e| DataFusionError::External(Box::new(e)))?);
-            vals.clear();
+        let n = std::mem::take(&mut self.rows);
+        let mut arrays: Vec<datafusion::arrow::array::ArrayRef> =
+            self.columns.iter_mut().map(|c| c.finish()).collect();
+        for &(i, first) in &self.repeats {
+            arrays[i] = arrays[first].clone();
         }
-        let n = std::mem::take(&mut self.zero_width_rows);
         if arrays.is_empty() {
             let opts =
                 datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n));
@@ -1258,25 +1268,45 @@ mod tests {
             limit: None,
         };
         let v_id = t.columns[2].id;
-        let mut rows = RowDecoder::new(&request);
+        let mut rows = RowDecoder::new(&request).unwrap();
         let with_v = spindle_keys::row::encode_row(&[(v_id, &Value::Int64(7))]);
         let without_v = spindle_keys::row::encode_row(&[]);
         assert!(rows.push(&key(&c, "c", &[5, 1]), &with_v).unwrap());
         assert!(rows.push(&key(&c, "c", &[6, 2]), &without_v).unwrap());
         // The parent's row is not a row of c.
         assert!(!rows.push(&key(&c, "p", &[5]), &without_v).unwrap());
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
+            request
+                .columns
+                .iter()
+                .map(|i| {
+                    datafusion::arrow::datatypes::Field::new(
+                        &t.columns[*i].name,
+                        datafusion::arrow::datatypes::DataType::Int64,
+                        true,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        ));
+        let batch = rows.finish(&schema).unwrap();
+        let column = |i: usize| -> Vec<Value> {
+            (0..batch.num_rows())
+                .map(|r| array_value(batch.column(i).as_ref(), r).unwrap())
+                .collect()
+        };
         let int = |i: i64| Value::Int64(i);
-        assert_eq!(
-            rows.columns,
-            vec![
-                vec![int(5), int(6)],
-                vec![int(1), int(2)],
-                vec![int(7), Value::Null],
-                vec![int(5), int(6)],
-                vec![int(7), Value::Null],
-                vec![int(1), int(2)],
-            ]
-        );
+        let expected = [
+            vec![int(5), int(6)],
+            vec![int(1), int(2)],
+            vec![int(7), Value::Null],
+            vec![int(5), int(6)],
+            vec![int(7), Value::Null],
+            vec![int(1), int(2)],
+        ];
+        for (i, e) in expected.iter().enumerate() {
+            assert_eq!(&column(i), e, "column {i}");
+        }
+        assert!(rows.is_empty());
     }
 
     #[test]

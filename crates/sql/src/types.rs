@@ -23,6 +23,7 @@ use datafusion::arrow::array::*;
 use datafusion::arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use spindle_catalog::Table;
+use spindle_keys::row::RawValue;
 use spindle_keys::value::{format_numeric, parse_numeric, NUMERIC_MAX_SCALED, NUMERIC_SCALE};
 use spindle_keys::{DataType, Value};
 
@@ -92,104 +93,153 @@ pub fn table_schema(table: &Table, include_hidden: bool) -> SchemaRef {
 
 /// Builds an Arrow array of type `t` from values already of that type.
 pub fn build_array(t: &DataType, values: &[&Value]) -> Result<ArrayRef> {
-    fn bad(v: &Value, t: &DataType) -> Error {
-        Error::Internal(format!(
-            "stored value {} does not match column type {t}",
-            v.type_name()
-        ))
+    let mut b = ColumnBuilder::new(t, values.len())?;
+    for v in values {
+        b.append_value(v)?;
     }
-    Ok(match t {
-        DataType::Int64 => {
-            let mut b = Int64Builder::with_capacity(values.len());
-            for v in values {
-                match v {
-                    Value::Int64(i) => b.append_value(*i),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
+    Ok(b.finish())
+}
+
+/// An Arrow array of one Spindle type under construction. Scans append
+/// stored values to it straight from the row's bytes ([`RawValue`]: no
+/// `String` per text value); [`ColumnBuilder::finish`] hands out the array
+/// and leaves the builder empty for the next batch.
+pub enum ColumnBuilder {
+    Int64(Int64Builder),
+    Float64(Float64Builder),
+    Bool(BooleanBuilder),
+    /// STRING and JSON (normalized JSON text).
+    Utf8(StringBuilder),
+    Bytes(BinaryBuilder),
+    Date(Date32Builder),
+    Timestamp(TimestampMicrosecondBuilder),
+    Numeric(Decimal128Builder),
+}
+
+impl ColumnBuilder {
+    pub fn new(t: &DataType, capacity: usize) -> Result<Self> {
+        Ok(match t {
+            DataType::Int64 => ColumnBuilder::Int64(Int64Builder::with_capacity(capacity)),
+            DataType::Float64 => ColumnBuilder::Float64(Float64Builder::with_capacity(capacity)),
+            DataType::Bool => ColumnBuilder::Bool(BooleanBuilder::with_capacity(capacity)),
+            DataType::String(_) | DataType::Json => {
+                ColumnBuilder::Utf8(StringBuilder::with_capacity(capacity, capacity * 8))
             }
-            Arc::new(b.finish())
-        }
-        DataType::Float64 => {
-            let mut b = Float64Builder::with_capacity(values.len());
-            for v in values {
-                match v {
-                    Value::Float64(f) => b.append_value(*f),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
+            DataType::Bytes(_) => {
+                ColumnBuilder::Bytes(BinaryBuilder::with_capacity(capacity, capacity * 8))
             }
-            Arc::new(b.finish())
+            DataType::Date => ColumnBuilder::Date(Date32Builder::with_capacity(capacity)),
+            DataType::Timestamp => ColumnBuilder::Timestamp(
+                TimestampMicrosecondBuilder::with_capacity(capacity).with_timezone(UTC),
+            ),
+            DataType::Numeric => ColumnBuilder::Numeric(
+                Decimal128Builder::with_capacity(capacity)
+                    .with_precision_and_scale(38, NUMERIC_SCALE as i8)
+                    .map_err(|e| Error::Internal(e.to_string()))?,
+            ),
+        })
+    }
+
+    /// The column's type, for error messages.
+    fn type_name(&self) -> &'static str {
+        match self {
+            ColumnBuilder::Int64(_) => "INT64",
+            ColumnBuilder::Float64(_) => "FLOAT64",
+            ColumnBuilder::Bool(_) => "BOOL",
+            ColumnBuilder::Utf8(_) => "STRING",
+            ColumnBuilder::Bytes(_) => "BYTES",
+            ColumnBuilder::Date(_) => "DATE",
+            ColumnBuilder::Timestamp(_) => "TIMESTAMP",
+            ColumnBuilder::Numeric(_) => "NUMERIC",
         }
-        DataType::Bool => {
-            let mut b = BooleanBuilder::with_capacity(values.len());
-            for v in values {
-                match v {
-                    Value::Bool(x) => b.append_value(*x),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            ColumnBuilder::Int64(b) => b.len(),
+            ColumnBuilder::Float64(b) => b.len(),
+            ColumnBuilder::Bool(b) => b.len(),
+            ColumnBuilder::Utf8(b) => b.len(),
+            ColumnBuilder::Bytes(b) => b.len(),
+            ColumnBuilder::Date(b) => b.len(),
+            ColumnBuilder::Timestamp(b) => b.len(),
+            ColumnBuilder::Numeric(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn append_null(&mut self) {
+        match self {
+            ColumnBuilder::Int64(b) => b.append_null(),
+            ColumnBuilder::Float64(b) => b.append_null(),
+            ColumnBuilder::Bool(b) => b.append_null(),
+            ColumnBuilder::Utf8(b) => b.append_null(),
+            ColumnBuilder::Bytes(b) => b.append_null(),
+            ColumnBuilder::Date(b) => b.append_null(),
+            ColumnBuilder::Timestamp(b) => b.append_null(),
+            ColumnBuilder::Numeric(b) => b.append_null(),
+        }
+    }
+
+    /// Appends a value borrowed from a stored row; its type must be the
+    /// column's (else an internal error: the row does not match the schema).
+    pub fn append_raw(&mut self, v: RawValue<'_>) -> Result<()> {
+        match (self, v) {
+            (ColumnBuilder::Int64(b), RawValue::Int64(x)) => b.append_value(x),
+            (ColumnBuilder::Float64(b), RawValue::Float64(x)) => b.append_value(x),
+            (ColumnBuilder::Bool(b), RawValue::Bool(x)) => b.append_value(x),
+            (ColumnBuilder::Utf8(b), RawValue::String(x) | RawValue::Json(x)) => b.append_value(x),
+            (ColumnBuilder::Bytes(b), RawValue::Bytes(x)) => b.append_value(x),
+            (ColumnBuilder::Date(b), RawValue::Date(x)) => b.append_value(x),
+            (ColumnBuilder::Timestamp(b), RawValue::Timestamp(x)) => b.append_value(x),
+            (ColumnBuilder::Numeric(b), RawValue::Numeric(x)) => b.append_value(x),
+            (b, v) => {
+                return Err(Error::Internal(format!(
+                    "stored value {} does not match column type {}",
+                    v.type_name(),
+                    b.type_name()
+                )))
             }
-            Arc::new(b.finish())
         }
-        DataType::String(_) | DataType::Json => {
-            let mut b = StringBuilder::with_capacity(values.len(), values.len() * 8);
-            for v in values {
-                match v {
-                    Value::String(s) | Value::Json(s) => b.append_value(s),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
+        Ok(())
+    }
+
+    /// Appends an owned value of the column's type (or NULL).
+    pub fn append_value(&mut self, v: &Value) -> Result<()> {
+        let raw = match v {
+            Value::Null => {
+                self.append_null();
+                return Ok(());
             }
-            Arc::new(b.finish())
+            Value::Bool(x) => RawValue::Bool(*x),
+            Value::Int64(x) => RawValue::Int64(*x),
+            Value::Float64(x) => RawValue::Float64(*x),
+            Value::Date(x) => RawValue::Date(*x),
+            Value::Timestamp(x) => RawValue::Timestamp(*x),
+            Value::Numeric(x) => RawValue::Numeric(*x),
+            Value::String(s) => RawValue::String(s),
+            Value::Json(s) => RawValue::Json(s),
+            Value::Bytes(x) => RawValue::Bytes(x),
+        };
+        self.append_raw(raw)
+    }
+
+    /// The array of everything appended since the last `finish`.
+    pub fn finish(&mut self) -> ArrayRef {
+        match self {
+            ColumnBuilder::Int64(b) => Arc::new(b.finish()),
+            ColumnBuilder::Float64(b) => Arc::new(b.finish()),
+            ColumnBuilder::Bool(b) => Arc::new(b.finish()),
+            ColumnBuilder::Utf8(b) => Arc::new(b.finish()),
+            ColumnBuilder::Bytes(b) => Arc::new(b.finish()),
+            ColumnBuilder::Date(b) => Arc::new(b.finish()),
+            ColumnBuilder::Timestamp(b) => Arc::new(b.finish()),
+            ColumnBuilder::Numeric(b) => Arc::new(b.finish()),
         }
-        DataType::Bytes(_) => {
-            let mut b = BinaryBuilder::with_capacity(values.len(), values.len() * 8);
-            for v in values {
-                match v {
-                    Value::Bytes(x) => b.append_value(x),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Date => {
-            let mut b = Date32Builder::with_capacity(values.len());
-            for v in values {
-                match v {
-                    Value::Date(d) => b.append_value(*d),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Timestamp => {
-            let mut b = TimestampMicrosecondBuilder::with_capacity(values.len()).with_timezone(UTC);
-            for v in values {
-                match v {
-                    Value::Timestamp(x) => b.append_value(*x),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Numeric => {
-            let mut b = Decimal128Builder::with_capacity(values.len())
-                .with_precision_and_scale(38, NUMERIC_SCALE as i8)
-                .map_err(|e| Error::Internal(e.to_string()))?;
-            for v in values {
-                match v {
-                    Value::Numeric(x) => b.append_value(*x),
-                    Value::Null => b.append_null(),
-                    v => return Err(bad(v, t)),
-                }
-            }
-            Arc::new(b.finish())
-        }
-    })
+    }
 }
 
 /// Converts one element of any Arrow array into a [`Value`]. Types with no
