@@ -63,7 +63,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use spindle_catalog::{Catalog, Table};
 use spindle_keys::key::prefix_end;
 use spindle_keys::{Direction, Value};
-use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager};
+use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager, TxnScan};
 
 use crate::index::IndexPlan;
 use crate::types::{array_value, table_schema, ColumnBuilder};
@@ -897,55 +897,35 @@ impl PartitionStream for ScanStream {
             let entry_keys = RowDecoder::new(&request).map_err(external)?;
             let base_chain: Vec<&Table> = output.chain.iter().collect();
             let mut produced = 0usize;
-            // The key of the last row produced: a key below it belongs to
-            // its row tree (children, interleaved index entries), which a
-            // scan of this table jumps over instead of reading.
-            let mut last_row: Vec<u8> = Vec::new();
-            // Set once a row tree had descendants: from then on the scan
-            // jumps past each row's tree as soon as the row is produced,
-            // without reading its first descendant to find out. (Row keys
-            // of one table have the same number of self-delimiting
-            // components, so no row key starts with another's.)
-            let mut jump_after_rows = false;
+            // A scan of one range that outgrows its first batch hands the
+            // far half of what is left to a helper thread (see
+            // `TxnScan::split_off`), whose batches follow this thread's:
+            // the output order is the key order either way.
+            let may_split = fetch.is_none()
+                && request.limit.is_none()
+                && snapshots.len() == 1
+                && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+            let mut tail: Option<Tail> = None;
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
+                let mut reader = RowReader::default();
                 loop {
-                    // Set when nothing after this entry is in range.
-                    let mut last_in_range = false;
+                    let mut more = true;
                     let pushed = match &fetch {
                         None => {
-                            // Decoded straight from the store's pages.
-                            let step = iter.next_with(|key, value| {
-                                let pushed = rows.push(key, value)?;
-                                let jump = if pushed && jump_after_rows {
-                                    Some(spindle_keys::key::prefix_end(key))
-                                } else if pushed {
-                                    last_row.clear();
-                                    last_row.extend_from_slice(key);
-                                    None
-                                } else if !last_row.is_empty() && key.starts_with(&last_row) {
-                                    jump_after_rows = true;
-                                    Some(spindle_keys::key::prefix_end(&last_row))
-                                } else {
-                                    None
-                                };
-                                Ok::<_, crate::Error>((pushed, jump))
-                            });
-                            let Some(step) = step else {
-                                break;
-                            };
-                            let (pushed, jump) = step
-                                .map_err(|e| external(crate::Error::from(e)))?
-                                .map_err(external)?;
-                            match jump {
-                                Some(Some(end)) => {
-                                    last_row.clear();
-                                    iter.seek(&end);
+                            reader.want_key = may_split && tail.is_none() && rows.len() + 1 == BATCH_ROWS;
+                            match reader.step(&mut iter, &mut rows).map_err(external)? {
+                                Step::End => break,
+                                Step::Entry(pushed) => {
+                                    if reader.want_key && pushed {
+                                        if let Some(rest) = iter.split_off(&reader.key) {
+                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone()));
+                                        }
+                                    }
+                                    more = reader.jump(&mut iter);
+                                    pushed
                                 }
-                                Some(None) => last_in_range = true,
-                                None => {}
                             }
-                            pushed
                         }
                         Some((_, reader)) => {
                             let Some(item) = iter.next() else {
@@ -976,7 +956,7 @@ impl PartitionStream for ScanStream {
                             return Ok(()); // the consumer went away (e.g. LIMIT reached)
                         }
                     }
-                    if last_in_range || request.limit.is_some_and(|l| produced >= l) {
+                    if !more || request.limit.is_some_and(|l| produced >= l) {
                         break;
                     }
                 }
@@ -986,11 +966,174 @@ impl PartitionStream for ScanStream {
             }
             if !rows.is_empty() {
                 let batch = rows.finish(&schema)?;
-                let _ = tx.blocking_send(Ok(batch));
+                if tx.blocking_send(Ok(batch)).is_err() {
+                    return Ok(());
+                }
+            }
+            match tail {
+                None => {}
+                Some(Tail::Thread(batches)) => {
+                    for batch in batches {
+                        if tx.blocking_send(batch).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                Some(Tail::Inline(mut iter, request)) => {
+                    let mut rows = RowDecoder::new(&request).map_err(external)?;
+                    read_rows(&mut iter, &mut rows, &schema, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
+                }
             }
             Ok(())
         });
         builder.build()
+    }
+}
+
+/// Batches a helper thread reads ahead of the scan's own thread.
+const HELPER_BATCHES: usize = 64;
+
+/// The far half of a split scan: read by a helper thread, or (when no
+/// thread could be started) by the scan's own thread after its half.
+enum Tail {
+    Thread(std::sync::mpsc::Receiver<datafusion::error::Result<RecordBatch>>),
+    Inline(TxnScan, ScanRequest),
+}
+
+impl Tail {
+    fn start(iter: TxnScan, request: ScanRequest, mgr: Arc<TxnManager>, schema: SchemaRef) -> Tail {
+        let (tx, rx) = std::sync::mpsc::sync_channel(HELPER_BATCHES);
+        // The helper takes the scan from here; if no thread can be
+        // started, the scan's own thread takes it back.
+        let slot = Arc::new(Mutex::new(Some(iter)));
+        let helper_slot = slot.clone();
+        let helper_request = request.clone();
+        let spawned = std::thread::Builder::new()
+            .name("spindle-scan".into())
+            .spawn(move || {
+                let _mgr = mgr; // the store stays open while the scan runs
+                let Some(mut iter) = helper_slot.lock().ok().and_then(|mut s| s.take()) else {
+                    return;
+                };
+                let result =
+                    RowDecoder::new(&helper_request)
+                        .map_err(external)
+                        .and_then(|mut rows| {
+                            read_rows(&mut iter, &mut rows, &schema, &mut |b| {
+                                tx.send(Ok(b)).is_ok()
+                            })
+                        });
+                if let Err(e) = result {
+                    let _ = tx.send(Err(e));
+                }
+            });
+        let taken_back = match spawned {
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "no scan helper thread; reading the far half inline");
+                slot.lock().ok().and_then(|mut s| s.take())
+            }
+        };
+        match taken_back {
+            Some(iter) => Tail::Inline(iter, request),
+            None => Tail::Thread(rx),
+        }
+    }
+}
+
+/// Reads every row of a plain scan (no index fetch, no limit) into
+/// batches handed to `emit`, which returns false to stop.
+fn read_rows(
+    iter: &mut TxnScan,
+    rows: &mut RowDecoder,
+    schema: &SchemaRef,
+    emit: &mut dyn FnMut(RecordBatch) -> bool,
+) -> datafusion::error::Result<()> {
+    let mut reader = RowReader::default();
+    while let Step::Entry(_) = reader.step(iter, rows).map_err(external)? {
+        let more = reader.jump(iter);
+        if rows.len() >= BATCH_ROWS && !emit(rows.finish(schema)?) {
+            return Ok(());
+        }
+        if !more {
+            break;
+        }
+    }
+    if !rows.is_empty() {
+        emit(rows.finish(schema)?);
+    }
+    Ok(())
+}
+
+/// What one [`RowReader::step`] found.
+enum Step {
+    /// An entry was read; true if it was a row of the scanned table.
+    Entry(bool),
+    End,
+}
+
+/// Reads the rows of one table from a scan of its key range, jumping over
+/// the row trees below its rows (children, interleaved index entries)
+/// instead of reading them.
+#[derive(Default)]
+struct RowReader {
+    /// The key of the last row produced: a key below it belongs to its row
+    /// tree, which the scan jumps over.
+    last_row: Vec<u8>,
+    /// Set once a row tree had descendants: from then on the scan jumps
+    /// past each row's tree as soon as the row is produced, without
+    /// reading its first descendant to find out. (Row keys of one table
+    /// have the same number of self-delimiting components, so no row key
+    /// starts with another's.)
+    jump_after_rows: bool,
+    /// Where the next `jump` goes (`Some(None)`: past the end).
+    pending_jump: Option<Option<Vec<u8>>>,
+    /// When set, `step` copies the key of the row it produces into `key`.
+    want_key: bool,
+    key: Vec<u8>,
+}
+
+impl RowReader {
+    /// Reads one entry, decoding it straight from the store's pages.
+    fn step(&mut self, iter: &mut TxnScan, rows: &mut RowDecoder) -> crate::Result<Step> {
+        let step = iter.next_with(|key, value| {
+            let pushed = rows.push(key, value)?;
+            if pushed && self.want_key {
+                self.key.clear();
+                self.key.extend_from_slice(key);
+            }
+            self.pending_jump = if pushed && self.jump_after_rows {
+                Some(spindle_keys::key::prefix_end(key))
+            } else if pushed {
+                self.last_row.clear();
+                self.last_row.extend_from_slice(key);
+                None
+            } else if !self.last_row.is_empty() && key.starts_with(&self.last_row) {
+                self.jump_after_rows = true;
+                Some(spindle_keys::key::prefix_end(&self.last_row))
+            } else {
+                None
+            };
+            Ok::<_, crate::Error>(pushed)
+        });
+        match step {
+            None => Ok(Step::End),
+            Some(r) => Ok(Step::Entry(r??)),
+        }
+    }
+
+    /// Makes the jump the last step decided on, if any; false if it goes
+    /// past every key (nothing more to read).
+    fn jump(&mut self, iter: &mut TxnScan) -> bool {
+        match self.pending_jump.take() {
+            None => true,
+            Some(Some(end)) => {
+                self.last_row.clear();
+                iter.seek(&end);
+                true
+            }
+            Some(None) => false,
+        }
     }
 }
 

@@ -513,6 +513,29 @@ fn split_physical(pk: &[u8]) -> Result<(&[u8], Timestamp)> {
     Ok((key, !u64::from_be_bytes(ts)))
 }
 
+/// A byte string `m` with `a < m <= b` near the middle of the keys
+/// between `a` and `b`: the common prefix, then the midpoint of the next
+/// eight bytes of each read as big-endian numbers. `None` if there is none
+/// that way (the two differ only further on, or `a >= b`).
+fn midpoint(a: &[u8], b: &[u8]) -> Option<Vec<u8>> {
+    if a >= b {
+        return None;
+    }
+    let p = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let word = |k: &[u8]| {
+        let mut w = [0u8; 8];
+        for (slot, x) in w.iter_mut().zip(k.iter().skip(p)) {
+            *slot = *x;
+        }
+        u64::from_be_bytes(w)
+    };
+    let (x, y) = (word(a), word(b));
+    let m = x + (y.saturating_sub(x)) / 2;
+    let mut out = b[..p].to_vec();
+    out.extend_from_slice(&m.to_be_bytes());
+    (out.as_slice() > a && out.as_slice() <= b).then_some(out)
+}
+
 fn head_key(key: &[u8]) -> Vec<u8> {
     physical_key(key, HEAD_TS)
 }
@@ -634,6 +657,52 @@ impl ScanIter {
 }
 
 impl ScanIter {
+    /// Hands the far half of what is left of this scan to a new iterator
+    /// over the same store snapshot, so that two threads can read one
+    /// range. `after` must be the last key this iterator returned: it then
+    /// continues after it (past its older versions, not its children) up
+    /// to a *cut*, and the new iterator reads from the cut to the end.
+    ///
+    /// ```text
+    ///   [start ........ after | ........ cut | ................ end)
+    ///    already returned       this one       the returned one
+    /// ```
+    ///
+    /// The cut is the first stored logical key at or after the byte-wise
+    /// midpoint of `after` and the range's last key: a whole logical key,
+    /// so no key's versions straddle it. `None` (and this iterator
+    /// unchanged) when what is left cannot be cut.
+    pub fn split_off(&mut self, after: &[u8]) -> Option<ScanIter> {
+        if self.error.is_some() || self.inner.is_none() {
+            return None;
+        }
+        let snapshot = self.snapshot.clone()?;
+        let logical = |r: Option<std::result::Result<_, redb::StorageError>>| -> Option<Vec<u8>> {
+            let (pk, _): (redb::AccessGuard<'_, &[u8]>, redb::AccessGuard<'_, &[u8]>) = r?.ok()?;
+            split_physical(pk.value()).ok().map(|(k, _)| k.to_vec())
+        };
+        let last = logical(snapshot.range(after, &self.end, false).ok()?.next_back())?;
+        let mid = midpoint(after, &last)?;
+        let cut = logical(snapshot.range(&mid, &self.end, false).ok()?.next())?;
+        if cut.as_slice() <= after {
+            return None;
+        }
+        let mut rest = ScanIter {
+            snapshot: Some(snapshot),
+            end: std::mem::replace(&mut self.end, cut.clone()),
+            inner: None,
+            ts: self.ts,
+            last: Vec::new(),
+            has_last: false,
+            error: None,
+        };
+        rest.seek(&cut);
+        let mut resume = after.to_vec();
+        resume.push(VERSION_SEP + 1);
+        self.seek(&resume);
+        Some(rest)
+    }
+
     /// The next live `(logical key, value)`, handed to `f` as slices of
     /// the store's pages (no copy); `None` at the end of the scan. The
     /// iterator's `next` is this with the two slices copied.
@@ -725,6 +794,80 @@ mod tests {
         assert_eq!(s.get(&k("a"), 6).unwrap(), Some(b"a5".to_vec()));
         assert_eq!(s.get(&k("c"), 7).unwrap(), None);
         assert_eq!(s.visible_ts(), 9);
+    }
+
+    #[test]
+    fn midpoints_fall_between_their_keys() {
+        assert_eq!(
+            midpoint(&[1, 0], &[1, 10]),
+            Some(vec![1, 5, 0, 0, 0, 0, 0, 0, 0])
+        );
+        let m = midpoint(&[0x20, 5], &[0x20, 9, 3]).unwrap();
+        assert!(m.as_slice() > [0x20, 5].as_slice() && m.as_slice() <= [0x20, 9, 3].as_slice());
+        // A prefix of the other key.
+        let m = midpoint(&[7], &[7, 0x20, 1]).unwrap();
+        assert!(m.as_slice() > [7].as_slice() && m.as_slice() <= [7, 0x20, 1].as_slice());
+        // A prefix that the other extends by zeros only past eight bytes.
+        let b = [[7u8].as_slice(), &[0; 9], &[1]].concat();
+        let m = midpoint(&[7], &b).unwrap();
+        assert!(m.as_slice() > [7].as_slice() && m.as_slice() <= b.as_slice());
+        // Equal or reversed: no midpoint.
+        assert_eq!(midpoint(&[3], &[3]), None);
+        assert_eq!(midpoint(&[4], &[3]), None);
+    }
+
+    /// A scan split at any of its keys returns, across its two halves and
+    /// in order, exactly what the whole scan returns: no key twice (older
+    /// versions, children of the last key), none lost.
+    #[test]
+    fn a_split_scan_returns_what_the_whole_scan_returns() {
+        let s = Store::open_temporary().unwrap();
+        let key = |i: u32| {
+            let mut v = vec![0x20];
+            v.extend_from_slice(&(i * 7919 % 100_003).to_be_bytes());
+            v
+        };
+        // Rows, some with a child key, some with several versions, some
+        // deleted later.
+        for ts in 1..=3u64 {
+            let mut writes = Vec::new();
+            for i in 0..300u32 {
+                if ts == 1 || i % (ts as u32 + 1) == 0 {
+                    writes.push((key(i), Some(format!("{i}@{ts}").into_bytes())));
+                }
+                if ts == 1 && i % 5 == 0 {
+                    let mut child = key(i);
+                    child.extend_from_slice(&[0x20, 1]);
+                    writes.push((child, Some(b"child".to_vec())));
+                }
+                if ts == 3 && i % 11 == 0 {
+                    writes.push((key(i), None));
+                }
+            }
+            writes.sort();
+            writes.dedup_by(|a, b| a.0 == b.0);
+            s.commit(ts, &writes).unwrap();
+        }
+        for read_ts in [1, 2, 3] {
+            let whole: Vec<(Vec<u8>, Vec<u8>)> =
+                s.scan(&[0x20], None, read_ts).map(|r| r.unwrap()).collect();
+            for after in [0, 1, 57, whole.len() / 2, whole.len() - 2] {
+                let mut first = s.scan(&[0x20], None, read_ts);
+                let mut got: Vec<(Vec<u8>, Vec<u8>)> =
+                    (&mut first).take(after + 1).map(|r| r.unwrap()).collect();
+                let last = got.last().unwrap().0.clone();
+                let second = first.split_off(&last).expect("a cut");
+                got.extend(first.map(|r| r.unwrap()));
+                let tail: Vec<_> = second.map(|r| r.unwrap()).collect();
+                assert!(!tail.is_empty(), "the far half is not empty");
+                got.extend(tail);
+                assert_eq!(got, whole, "read_ts {read_ts}, split after row {after}");
+            }
+            // Nothing left to cut after the last key.
+            let mut it = s.scan(&[0x20], None, read_ts);
+            let all: Vec<_> = (&mut it).map(|r| r.unwrap()).collect();
+            assert!(it.split_off(&all.last().unwrap().0).is_none());
+        }
     }
 
     #[test]

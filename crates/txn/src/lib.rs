@@ -1518,6 +1518,24 @@ impl TxnScan {
         self.next().map(|r| r.map(|(k, v)| f(&k, &v)))
     }
 
+    /// Hands the far half of what is left to a new scan, so that two
+    /// threads can read one range; see `spindle_storage::ScanIter::
+    /// split_off` (`after` is the last key this scan returned). Only a scan
+    /// with no buffered write ahead of it and nothing peeked is split
+    /// (else `None`): its rows are then exactly the store's.
+    pub fn split_off(&mut self, after: &[u8]) -> Option<TxnScan> {
+        if self.peeked.is_some() || self.overlay.peek().is_some() || !self.pending.is_empty() {
+            return None;
+        }
+        let store = self.store.split_off(after)?;
+        Some(TxnScan {
+            store,
+            peeked: None,
+            overlay: Vec::new().into_iter().peekable(),
+            pending: BTreeSet::new(),
+        })
+    }
+
     fn peek_store(&mut self) -> Option<&StoreItem> {
         if self.peeked.is_none() {
             self.peeked = Some(self.store.next());
