@@ -979,7 +979,8 @@ impl PartitionStream for ScanStream {
                         }
                     }
                 }
-                Some(Tail::Inline(mut iter, request)) => {
+                Some(Tail::Inline(inline)) => {
+                    let (mut iter, request) = *inline;
                     let mut rows = RowDecoder::new(&request).map_err(external)?;
                     read_rows(&mut iter, &mut rows, &schema, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
                 }
@@ -997,7 +998,7 @@ const HELPER_BATCHES: usize = 64;
 /// thread could be started) by the scan's own thread after its half.
 enum Tail {
     Thread(std::sync::mpsc::Receiver<datafusion::error::Result<RecordBatch>>),
-    Inline(TxnScan, ScanRequest),
+    Inline(Box<(TxnScan, ScanRequest)>),
 }
 
 impl Tail {
@@ -1035,7 +1036,7 @@ impl Tail {
             }
         };
         match taken_back {
-            Some(iter) => Tail::Inline(iter, request),
+            Some(iter) => Tail::Inline(Box::new((iter, request))),
             None => Tail::Thread(rx),
         }
     }
@@ -1156,6 +1157,11 @@ pub struct RowDecoder<'a> {
     columns: Vec<ColumnBuilder>,
     /// Byte ranges of the current key's key columns (a reused buffer).
     spans: Vec<(usize, usize)>,
+    /// The output columns filled from the stored row (not key columns,
+    /// not repeats), and per output column the 1-based row it last got a
+    /// stored value for.
+    stored: Vec<usize>,
+    filled: Vec<usize>,
     /// Rows buffered since the last batch.
     rows: usize,
 }
@@ -1204,6 +1210,11 @@ impl<'a> RowDecoder<'a> {
             .iter()
             .map(|c| ColumnBuilder::new(&table.columns[*c].data_type, BATCH_ROWS))
             .collect::<crate::Result<Vec<_>>>()?;
+        let stored = column_of_id
+            .iter()
+            .copied()
+            .filter(|c| *c != usize::MAX)
+            .collect();
         Ok(RowDecoder {
             chain: request.chain.iter().collect(),
             key_positions,
@@ -1211,6 +1222,8 @@ impl<'a> RowDecoder<'a> {
             repeats,
             columns,
             spans: Vec::new(),
+            stored,
+            filled: vec![0; request.columns.len()],
             rows: 0,
         })
     }
@@ -1269,26 +1282,29 @@ impl<'a> RowDecoder<'a> {
             let v = spindle_keys::key::decode_value(&key[a..b])?.0;
             self.columns[i].append_value(&v)?;
         }
-        if !self.column_of_id.is_empty() {
+        if !self.stored.is_empty() {
             // Only the requested stored columns are decoded, each appended
             // straight from the row's bytes; a column the row lacks is
-            // NULL.
-            let (column_of_id, columns) = (&self.column_of_id, &mut self.columns);
+            // NULL. `filled[c]` is the 1-based row that column `c` last got
+            // a value for, so a column id repeated in a corrupt row cannot
+            // misalign the columns.
+            let (column_of_id, columns, filled) =
+                (&self.column_of_id, &mut self.columns, &mut self.filled);
+            let stamp = row + 1;
             let wanted = |id: u32| {
                 column_of_id
                     .get(id as usize)
                     .is_some_and(|c| *c != usize::MAX)
             };
+            let mut found = 0;
             let mut mismatch = None;
             spindle_keys::row::visit_row(value, wanted, |id, v| {
-                if let Some(col) = column_of_id
-                    .get(id as usize)
-                    .and_then(|c| columns.get_mut(*c))
-                {
-                    if col.len() == row {
-                        if let Err(e) = col.append_raw(v) {
-                            mismatch = Some(e);
-                        }
+                let c = column_of_id[id as usize]; // `wanted` checked it
+                if filled[c] != stamp {
+                    filled[c] = stamp;
+                    found += 1;
+                    if let Err(e) = columns[c].append_raw(v) {
+                        mismatch.get_or_insert(e);
                     }
                 }
                 Ok(())
@@ -1296,10 +1312,12 @@ impl<'a> RowDecoder<'a> {
             if let Some(e) = mismatch {
                 return Err(e);
             }
-        }
-        for i in 0..self.columns.len() {
-            if self.columns[i].len() == row && !self.is_repeat(i) {
-                self.columns[i].append_null();
+            if found < self.stored.len() {
+                for &c in &self.stored {
+                    if self.filled[c] != stamp {
+                        self.columns[c].append_null();
+                    }
+                }
             }
         }
         Ok(true)
