@@ -120,6 +120,10 @@ impl Format {
 
 /// Whether `sql` is a COPY statement (its first word is COPY).
 pub(crate) fn is_copy(sql: &str) -> bool {
+    // Most queries plainly start with another word: no tokenizing.
+    if spindle_sql::parser::leading_word(sql).is_some_and(|w| !w.eq_ignore_ascii_case("copy")) {
+        return false;
+    }
     let dialect = PostgreSqlDialect {};
     let Ok(mut p) = Parser::new(&dialect).try_with_sql(sql) else {
         return false;

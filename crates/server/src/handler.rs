@@ -84,6 +84,10 @@ pub(crate) struct Shared {
 }
 
 /// One client connection.
+/// Reported parameters as sent to the client, and the settings version
+/// they were read at.
+pub(crate) type Told = (u64, Vec<(String, String)>);
+
 pub(crate) struct Conn {
     pub shared: Arc<Shared>,
     pub session: Mutex<Session>,
@@ -95,6 +99,9 @@ pub(crate) struct Conn {
     pub interrupt: Arc<std::sync::atomic::AtomicBool>,
     /// The backend pid under which `interrupt` is in `Shared::interrupts`.
     pub pid: std::sync::OnceLock<i32>,
+    /// The reported parameters as the client last heard them (ParameterStatus),
+    /// with the settings version they were read at.
+    pub told: std::sync::Mutex<Option<Told>>,
 }
 
 impl Conn {
@@ -107,6 +114,7 @@ impl Conn {
             copy_in: Mutex::new(None),
             prepared: Mutex::new(Default::default()),
             pid: std::sync::OnceLock::new(),
+            told: std::sync::Mutex::new(None),
         }
     }
 
@@ -458,7 +466,13 @@ struct Params {
 impl ServerParameterProvider for Params {
     fn server_parameters<C: ClientInfo>(&self, _client: &C) -> Option<HashMap<String, String>> {
         let reported = match self.conn.session.try_lock() {
-            Ok(s) => s.settings().reported(),
+            Ok(s) => {
+                let reported = s.settings().reported();
+                if let Ok(mut told) = self.conn.told.lock() {
+                    *told = Some((s.settings().version(), reported.clone()));
+                }
+                reported
+            }
             Err(_) => spindle_sql::settings::Settings::default().reported(),
         };
         Some(reported.into_iter().collect())
@@ -634,6 +648,11 @@ fn parse_deallocate(sql: &str) -> Option<Option<String>> {
     use datafusion::sql::sqlparser::keywords::Keyword;
     use datafusion::sql::sqlparser::parser::Parser;
     use datafusion::sql::sqlparser::tokenizer::Token;
+    // Most queries plainly start with another word: no tokenizing.
+    if spindle_sql::parser::leading_word(sql).is_some_and(|w| !w.eq_ignore_ascii_case("deallocate"))
+    {
+        return None;
+    }
     let dialect = PostgreSqlDialect {};
     let mut p = Parser::new(&dialect).try_with_sql(sql).ok()?;
     if !p.parse_keyword(Keyword::DEALLOCATE) {
@@ -774,7 +793,6 @@ impl Handler {
             feed_output(client, &mut session, tag, result, &span).await?;
             return Ok(false);
         }
-        let before = session.settings().reported();
         let stmts = match session
             .engine()
             .parse_cached(sql)
@@ -850,15 +868,31 @@ impl Handler {
                     .await?;
             }
         }
-        let after = session.settings().reported();
-        for (k, v) in after {
-            if !before.contains(&(k.clone(), v.clone())) {
-                client
-                    .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
-                        k, v,
-                    )))
-                    .await?;
-            }
+        // Report the parameters that changed since the client last heard
+        // (compared only when the settings' version moved).
+        let version = session.settings().version();
+        let changes: Vec<(String, String)> = match self.conn.told.lock() {
+            Ok(mut told) => match told.as_ref() {
+                Some((v, _)) if *v == version => Vec::new(),
+                _ => {
+                    let now = session.settings().reported();
+                    let changes = now
+                        .iter()
+                        .filter(|p| !told.as_ref().is_some_and(|(_, t)| t.contains(p)))
+                        .cloned()
+                        .collect();
+                    *told = Some((version, now));
+                    changes
+                }
+            },
+            Err(_) => Vec::new(), // a panic elsewhere poisoned it: report nothing
+        };
+        for (k, v) in changes {
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                    k, v,
+                )))
+                .await?;
         }
         Ok(false)
     }

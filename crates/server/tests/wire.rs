@@ -1295,3 +1295,53 @@ async fn general_plans_run_on_the_shared_runtime() {
         .unwrap_err();
     assert_eq!(sqlstate(&e), "22012", "{e:?}");
 }
+
+/// A simple query that changes a reported parameter is followed by its
+/// ParameterStatus (before ReadyForQuery); one that changes nothing sends
+/// none, and setting a parameter to the value the client already has sends
+/// none either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_parameters_are_reported_once() {
+    let addr = start(None).await;
+    let mut raw = Raw::connect(addr).await;
+    async fn statuses(raw: &mut Raw, sql: &str) -> Vec<String> {
+        raw.send(b'Q', &cstr(sql)).await;
+        let mut out = Vec::new();
+        while let Some((tag, body)) = raw.next().await {
+            if tag == b'S' {
+                // name \0 value \0
+                let parts: Vec<String> = body
+                    .split(|b| *b == 0)
+                    .take(2)
+                    .map(|p| String::from_utf8_lossy(p).to_string())
+                    .collect();
+                out.push(parts.join("="));
+            }
+            if tag == b'Z' {
+                break;
+            }
+        }
+        out
+    }
+    assert_eq!(
+        statuses(&mut raw, "SET application_name = 'reporter'").await,
+        vec!["application_name=reporter"]
+    );
+    assert_eq!(statuses(&mut raw, "SELECT 1").await, Vec::<String>::new());
+    assert_eq!(
+        statuses(&mut raw, "SET application_name = 'reporter'").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        statuses(&mut raw, "SET DateStyle = 'ISO, DMY'; SELECT 1").await,
+        vec!["DateStyle=ISO, DMY"]
+    );
+    let reset = statuses(&mut raw, "RESET ALL").await;
+    for p in ["application_name=", "DateStyle=ISO, MDY"] {
+        assert!(reset.iter().any(|r| r == p), "{p} in {reset:?}");
+    }
+    assert!(
+        !reset.iter().any(|r| r.starts_with("TimeZone")),
+        "{reset:?}"
+    );
+}

@@ -185,6 +185,54 @@ fn parse_text(sql: &str) -> Result<Vec<Statement>> {
     Ok(out)
 }
 
+/// The statement's first word when it is plainly one: after whitespace,
+/// semicolons and comments (`--` and nested `/* */`), a run of ASCII
+/// letters and underscores. `None` when the text starts any other way
+/// (quote, parenthesis, non-ASCII, unterminated comment) or is empty: the
+/// caller must then tokenize. Lets the wire server rule out COPY and
+/// DEALLOCATE without tokenizing every query.
+pub fn leading_word(sql: &str) -> Option<&str> {
+    let b = sql.as_bytes();
+    let mut i = 0;
+    loop {
+        match b.get(i)? {
+            c if c.is_ascii_whitespace() || *c == b';' => i += 1,
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while b.get(i).is_some_and(|c| *c != b'\n') {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 0usize;
+                loop {
+                    match (b.get(i)?, b.get(i + 1)) {
+                        (b'/', Some(b'*')) => {
+                            depth += 1;
+                            i += 2;
+                        }
+                        (b'*', Some(b'/')) => {
+                            depth -= 1;
+                            i += 2;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => i += 1,
+                    }
+                }
+            }
+            c if c.is_ascii_alphabetic() || *c == b'_' => {
+                let end = b[i..]
+                    .iter()
+                    .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_' || *c == b'$'))
+                    .map_or(b.len(), |n| i + n);
+                return sql.get(i..end);
+            }
+            _ => return None,
+        }
+    }
+}
+
 /// Folds an identifier like PostgreSQL.
 pub fn fold_ident(ident: &Ident) -> String {
     if ident.quote_style.is_some() {
@@ -848,6 +896,28 @@ fn parse_alter_table(p: &mut Parser) -> Result<Statement> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn leading_words_skip_comments_or_give_up() {
+        assert_eq!(leading_word("  copy t FROM STDIN"), Some("copy"));
+        assert_eq!(
+            leading_word(";\n-- note\n/* a /* nested */ one */ Deallocate x"),
+            Some("Deallocate")
+        );
+        assert_eq!(leading_word("SELECT 1"), Some("SELECT"));
+        assert_eq!(leading_word("begin;"), Some("begin"));
+        for unsure in [
+            "",
+            "  ",
+            "(SELECT 1)",
+            "\"copy\" x",
+            "/* open",
+            "-- only a comment",
+            "é",
+        ] {
+            assert_eq!(leading_word(unsure), None, "{unsure:?}");
+        }
+    }
+
     use super::*;
 
     fn create(sql: &str) -> TableDef {

@@ -115,14 +115,30 @@ fn display_name(name: &str) -> &str {
     }
 }
 
+/// Source of [`Settings::version`] numbers (0 is the defaults').
+static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// One session's parameters.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     /// Values differing from the defaults, by lower-case name.
     values: BTreeMap<String, String>,
+    /// Renumbered (process-wide unique) on every change, so two settings
+    /// with the same version have the same values: lets the wire server
+    /// skip comparing the reported parameters after each statement.
+    version: u64,
 }
 
 impl Settings {
+    /// See the `version` field: equal versions mean equal values.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn changed(&mut self) {
+        self.version = VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The current value of `name` (case-insensitive), if it is a parameter.
     pub fn get(&self, name: &str) -> Option<String> {
         let name = name.to_lowercase();
@@ -152,6 +168,7 @@ impl Settings {
         }
         let Some(value) = value else {
             self.values.remove(&name);
+            self.changed();
             return Ok(());
         };
         let value = match name.as_str() {
@@ -228,6 +245,7 @@ impl Settings {
             _ => value.to_string(),
         };
         self.values.insert(name, value);
+        self.changed();
         Ok(())
     }
 
@@ -281,6 +299,7 @@ impl Settings {
             SettingStatement::Transaction { .. } => Ok(None),
             SettingStatement::ResetAll => {
                 self.values.clear();
+                self.changed();
                 Ok(None)
             }
             SettingStatement::Show { name } => {
