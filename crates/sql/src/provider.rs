@@ -42,6 +42,21 @@
 //! All ranges are read at the statement's snapshot (the transaction's read
 //! timestamp plus its own buffered writes, copied at plan time), on a
 //! blocking thread that feeds record batches through a bounded channel.
+//! Rows are decoded from the store's pages into Arrow builders
+//! ([`RowDecoder`]); nothing the query does not project is decoded.
+//!
+//! A scan of one range that fills its first batch hands the far half of
+//! what is left to a helper thread (`TxnScan::split_off`):
+//!
+//! ```text
+//!   range  [start ─── 1024th row ─────────── cut ──────────────── end)
+//!   scan thread:  reads, sends batches      │
+//!   helper thread:                          reads ahead (≤ 64 batches)
+//!   output: the scan's batches, then the helper's — key order kept
+//! ```
+//!
+//! Not split: several ranges, a limit, an index fetch, or buffered writes
+//! ahead in the range (then rows are not the store's alone).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
