@@ -361,22 +361,15 @@ impl Catalog {
         chain: &[&Table],
         key: &[u8],
     ) -> std::result::Result<Option<Vec<Value>>, spindle_keys::Error> {
-        let mut pos = 0;
-        let mut values = Vec::new();
-        let mut start = 0;
-        for t in chain {
-            if pos >= key.len() {
-                return Ok(None);
-            }
-            let id = spindle_keys::key::decode_table_prefix(key, &mut pos)?;
-            if id != t.id {
-                return Ok(None);
-            }
-            let n = t.primary_key.len() - start;
-            values.extend(spindle_keys::key::decode_values(key, &mut pos, n)?);
-            start = t.primary_key.len();
+        let mut spans = Vec::new();
+        if !Self::key_spans(chain, key, &mut spans)? {
+            return Ok(None);
         }
-        Ok(if pos == key.len() { Some(values) } else { None })
+        spans
+            .iter()
+            .map(|(a, b)| spindle_keys::key::decode_value(&key[*a..*b]).map(|(v, _)| v))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     /// Like [`Catalog::decode_key`] without decoding: fills `spans` with
