@@ -515,8 +515,9 @@ fn split_physical(pk: &[u8]) -> Result<(&[u8], Timestamp)> {
 
 /// A byte string `m` with `a < m <= b` near the middle of the keys
 /// between `a` and `b`: the common prefix, then the midpoint of the next
-/// eight bytes of each read as big-endian numbers. `None` if there is none
-/// that way (the two differ only further on, or `a >= b`).
+/// eight bytes of each (zero-padded) read as big-endian numbers. `None`
+/// if `a >= b` or the two are too close for that midpoint to be above `a`
+/// (their eight bytes after the common prefix differ by one).
 fn midpoint(a: &[u8], b: &[u8]) -> Option<Vec<u8>> {
     if a >= b {
         return None;
