@@ -641,3 +641,48 @@ fn cached_inserts_draw_hidden_keys_and_take_the_time_at_each_run() {
         .unwrap()
         .starts_with("20"));
 }
+
+/// `SELECT <literals or parameters>` without FROM (a pool's `SELECT 1`)
+/// runs without DataFusion and gives what DataFusion gives: names, Arrow
+/// types and values; `LIMIT 1` sends the same query the general way.
+/// Values the fast path does not type itself (floats, NULL, numerics,
+/// `now()`) are left to DataFusion.
+#[test]
+fn constant_selects_match_the_general_path() {
+    let db = db();
+    let cases: &[(&str, Vec<Value>, bool)] = &[
+        ("SELECT 1", vec![], true),
+        ("SELECT 1 AS one, 'it''s' AS \"Ex\", true, -7", vec![], true),
+        ("SELECT 1, 1, 'a'", vec![], true),
+        (
+            "SELECT $1, $2 AS b, $3",
+            vec![
+                Value::Int64(9),
+                Value::String("s".into()),
+                Value::Bool(false),
+            ],
+            true,
+        ),
+        ("SELECT (2)", vec![], true),
+        ("SELECT 1.5", vec![], false),
+        ("SELECT NULL", vec![], false),
+        ("SELECT 1, now()", vec![], false),
+    ];
+    for (sql, params, fast) in cases {
+        let before = db.engine().fast_path_count();
+        let got = run(&db, sql, params);
+        let taken = db.engine().fast_path_count() - before;
+        assert_eq!(
+            taken,
+            u64::from(*fast),
+            "fast path taken {taken} times: {sql}"
+        );
+        let before = db.engine().fast_path_count();
+        let want = run(&db, &format!("{sql} LIMIT 1"), params);
+        assert_eq!(db.engine().fast_path_count(), before, "general path: {sql}");
+        if sql.contains("now()") {
+            continue; // the clock moved between the two
+        }
+        assert_eq!(got, want, "{sql}");
+    }
+}

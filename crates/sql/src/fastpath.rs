@@ -564,6 +564,74 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
     })
 }
 
+/// `SELECT <literal or parameter> [AS name], …` and nothing else (no
+/// FROM): a connection pool's `SELECT 1`, answered without DataFusion.
+/// Only INT64, text and BOOL values are answered here; whatever DataFusion
+/// makes of other literals (floats, NUMERIC, NULL) is left to it.
+#[derive(Debug)]
+pub(crate) struct ConstantPlan {
+    /// Output name (the alias, or PostgreSQL's `?column?`) and value.
+    items: Vec<(String, Slot)>,
+}
+
+/// Plans a [`ConstantPlan`], or `None` if the query is not of that form.
+pub(crate) fn plan_constant(stmt: &ast::Statement) -> Option<ConstantPlan> {
+    let ast::Statement::Query(q) = stmt else {
+        return None;
+    };
+    let ast::SetExpr::Select(s) = q.body.as_ref() else {
+        return None;
+    };
+    if !s.from.is_empty() {
+        return None;
+    }
+    // No clause besides the select list, in the query or the select.
+    let items: Vec<String> = s.projection.iter().map(|p| p.to_string()).collect();
+    let canonical = format!("SELECT {}", items.join(", "));
+    if s.to_string() != canonical || q.to_string() != canonical {
+        return None;
+    }
+    let mut out = Vec::new();
+    for item in &s.projection {
+        let (name, e) = match item {
+            ast::SelectItem::UnnamedExpr(e) => ("?column?".to_string(), e),
+            ast::SelectItem::ExprWithAlias { expr, alias } => (fold_ident(alias), expr),
+            _ => return None,
+        };
+        match Slot::of(e)? {
+            slot @ (Slot::Value(_) | Slot::Param(_)) => out.push((name, slot)),
+            Slot::Now => return None,
+        }
+    }
+    Some(ConstantPlan { items: out })
+}
+
+/// Runs a [`ConstantPlan`]: one row, typed as DataFusion types the bound
+/// literals; `None` for a value of another type or a missing parameter.
+pub(crate) fn run_constant(plan: &ConstantPlan, params: &[Value]) -> Result<Option<Output>> {
+    use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::DataType as ArrowType;
+    let mut fields = Vec::with_capacity(plan.items.len());
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(plan.items.len());
+    for (name, slot) in &plan.items {
+        let (ty, array): (ArrowType, ArrayRef) = match slot.resolve(params) {
+            Some(Value::Int64(i)) => (ArrowType::Int64, Arc::new(Int64Array::from(vec![i]))),
+            Some(Value::String(t)) => (ArrowType::Utf8, Arc::new(StringArray::from(vec![t]))),
+            Some(Value::Bool(b)) => (ArrowType::Boolean, Arc::new(BooleanArray::from(vec![b]))),
+            _ => return Ok(None),
+        };
+        fields.push(Field::new(name, ty, false));
+        arrays.push(array);
+    }
+    let schema: SchemaRef = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), arrays)
+        .map_err(|e| Error::Internal(format!("constant select batch: {e}")))?;
+    Ok(Some(Output::Rows {
+        schema,
+        batches: vec![batch],
+    }))
+}
+
 /// Runs a [`SelectPlan`] made against `catalog` with `params`; `None` when
 /// the parameters do not suit the fast path (the general path runs the
 /// statement).

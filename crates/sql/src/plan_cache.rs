@@ -39,7 +39,9 @@ use crate::dml::{
     InsertPlan, UpdatePlan,
 };
 use crate::error::Result;
-use crate::fastpath::{plan_select, run_select, SelectPlan};
+use crate::fastpath::{
+    plan_constant, plan_select, run_constant, run_select, ConstantPlan, SelectPlan,
+};
 use crate::parser::Statement;
 use crate::session::{Output, StatementContext};
 
@@ -47,6 +49,7 @@ use crate::session::{Output, StatementContext};
 #[derive(Debug)]
 pub(crate) enum FastPlan {
     Select(SelectPlan),
+    Constant(ConstantPlan),
     Insert(InsertPlan),
     Update(UpdatePlan),
     Delete(DeletePlan),
@@ -55,7 +58,9 @@ pub(crate) enum FastPlan {
 impl FastPlan {
     fn new(catalog: &Catalog, stmt: &Statement) -> Option<FastPlan> {
         match stmt {
-            Statement::Query(q) => plan_select(catalog, q).map(FastPlan::Select),
+            Statement::Query(q) => plan_select(catalog, q)
+                .map(FastPlan::Select)
+                .or_else(|| plan_constant(q).map(FastPlan::Constant)),
             Statement::Insert { insert, upsert } => {
                 plan_insert(catalog, insert, *upsert).map(FastPlan::Insert)
             }
@@ -70,7 +75,8 @@ impl FastPlan {
     pub(crate) fn writes(&self) -> bool {
         // SELECT … FOR UPDATE locks: not in a read-only transaction (where
         // the general path runs it as a plain SELECT).
-        !matches!(self, FastPlan::Select(p) if !p.for_update)
+        !matches!(self, FastPlan::Constant(_))
+            && !matches!(self, FastPlan::Select(p) if !p.for_update)
     }
 
     /// Runs the plan in `ctx`'s transaction, whose catalog is `catalog`
@@ -90,6 +96,7 @@ impl FastPlan {
         };
         match self {
             FastPlan::Select(p) => run_select(ctx, catalog, p, params),
+            FastPlan::Constant(p) => run_constant(p, params),
             FastPlan::Insert(p) => Ok(command("INSERT 0", run_insert(ctx, catalog, p, params)?)),
             FastPlan::Update(p) => Ok(command("UPDATE", run_update(ctx, catalog, p, params)?)),
             FastPlan::Delete(p) => Ok(command("DELETE", run_delete(ctx, catalog, p, params)?)),
