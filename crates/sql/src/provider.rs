@@ -909,7 +909,12 @@ impl PartitionStream for ScanStream {
             let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
             let output = fetch.as_ref().map(|(base, _)| base).unwrap_or(&request);
             let mut rows = RowDecoder::new(output).map_err(external)?;
-            let entry_keys = RowDecoder::new(&request).map_err(external)?;
+            // An index scan that fetches base rows decodes each entry's
+            // key columns (no output of its own: only `key_values`).
+            let fetch = match &fetch {
+                Some((_, reader)) => Some((reader, RowDecoder::new(&request).map_err(external)?)),
+                None => None,
+            };
             let base_chain: Vec<&Table> = output.chain.iter().collect();
             let mut produced = 0usize;
             // A scan of one range that outgrows its first batch hands the
@@ -942,7 +947,7 @@ impl PartitionStream for ScanStream {
                                 }
                             }
                         }
-                        Some((_, reader)) => {
+                        Some((reader, entry_keys)) => {
                             let Some(item) = iter.next() else {
                                 break;
                             };
