@@ -207,6 +207,24 @@ pub(crate) fn write_ops(table: &mut WriteTable<'_>, ops: &[crate::wal::Op]) -> R
     Ok(())
 }
 
+/// Inserts `key → value` inside a write transaction.
+pub(crate) fn insert(table: &mut WriteTable<'_>, key: &[u8], value: &[u8]) -> Result<()> {
+    table.insert(key, value).map_err(redb::Error::from)?;
+    Ok(())
+}
+
+/// Inserts `key → value` and returns the value it replaced (one descent).
+pub(crate) fn insert_returning(
+    table: &mut WriteTable<'_>,
+    key: &[u8],
+    value: &[u8],
+) -> Result<Option<Vec<u8>>> {
+    Ok(table
+        .insert(key, value)
+        .map_err(redb::Error::from)?
+        .map(|old| old.value().to_vec()))
+}
+
 /// The value of `key` inside a write transaction.
 pub(crate) fn write_get(table: &WriteTable<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
     Ok(table

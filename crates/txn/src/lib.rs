@@ -24,10 +24,11 @@
 //! lock, held for microseconds). Applying — one atomic batch for a
 //! one-split commit, the steps of two-phase commit otherwise — happens
 //! outside it, so commits of different splits apply at the same time and a
-//! slow two-phase commit does not stop others. Durability is group commit:
-//! a flush covers every batch applied before it started, and a committer
-//! flushes only if no such flush finished while it waited for the flush
-//! lock (`TxnManager::make_durable`).
+//! slow two-phase commit does not stop others. Durability is group commit,
+//! in the store: a commit's log record is synced by a background thread
+//! while the commit still updates the data file, and one sync covers every
+//! commit appended before it began (`TxnManager::make_durable`,
+//! `spindle_storage::Store::flush`).
 //!
 //! Commits finish in any order, but become visible in timestamp order: the
 //! store's visible timestamp never passes the oldest commit still in flight
@@ -194,13 +195,6 @@ pub struct TxnManager {
     crashed: AtomicBool,
     /// Test hook called at each step of a commit (see [`TxnManager::set_step_hook`]).
     step_hook: RwLock<Option<StepHook>>,
-    /// Group commit: a flush covers every batch applied before it started,
-    /// so concurrent commits share flushes.
-    group_commit: AtomicBool,
-    /// Held while flushing; `flushes_started` / `flushes_done` count flushes.
-    flush_lock: Mutex<()>,
-    flushes_started: AtomicU64,
-    flushes_done: AtomicU64,
     /// The highest commit timestamp written to the store's metadata (the
     /// lock orders those writes so the stored value never goes back).
     persisted_last_ts: Mutex<Timestamp>,
@@ -336,10 +330,6 @@ impl TxnManager {
             crash_at: Mutex::new(None),
             crashed: AtomicBool::new(false),
             step_hook: RwLock::new(None),
-            group_commit: AtomicBool::new(true),
-            flush_lock: Mutex::new(()),
-            flushes_started: AtomicU64::new(0),
-            flushes_done: AtomicU64::new(0),
             persisted_last_ts: Mutex::new(ts),
             pipeline: Mutex::new(Pipeline {
                 in_flight: BTreeSet::new(),
@@ -421,41 +411,25 @@ impl TxnManager {
         }
     }
 
-    /// Turns group commit on (the default) or off (one flush per commit,
-    /// the baseline the commit benchmark compares against).
+    /// Turns group commit on (the default) or off (one log sync per
+    /// commit, the baseline the commit benchmark compares against): see
+    /// [`spindle_storage::Store::set_group_commit`].
     pub fn set_group_commit(&self, on: bool) {
-        self.group_commit.store(on, Ordering::Relaxed);
+        self.store.set_group_commit(on);
     }
 
     /// Waits until every batch this thread applied before the call is on
-    /// disk. With group commit, a flush that started after the call covers
-    /// it: the caller flushes only if no such flush has finished by the
-    /// time it gets the flush lock, so commits queued behind one flush
-    /// share the next. Without group commit, each caller flushes.
+    /// disk. The store does group commit: its log syncer starts a sync as
+    /// soon as a batch is appended, and one sync covers every batch
+    /// appended before it began.
     fn make_durable(&self) -> Result<()> {
-        if !self.group_commit.load(Ordering::Relaxed) {
-            let n = self.flushes_started.fetch_add(1, Ordering::AcqRel) + 1;
-            self.store.flush()?;
-            self.flushes_done.fetch_max(n, Ordering::AcqRel);
-            return Ok(());
-        }
-        // Flushes numbered above `started` begin after this load, hence
-        // after the caller's batches were applied.
-        let started = self.flushes_started.load(Ordering::Acquire);
-        let _flush = self.flush_lock.lock().map_err(|_| Error::Poisoned)?;
-        if self.flushes_done.load(Ordering::Acquire) > started {
-            return Ok(());
-        }
-        let n = self.flushes_started.fetch_add(1, Ordering::AcqRel) + 1;
-        self.store.flush()?;
-        self.flushes_done.fetch_max(n, Ordering::AcqRel);
-        Ok(())
+        Ok(self.store.flush()?)
     }
 
-    /// How many group-commit flushes have run (benchmarks report commits
-    /// per flush).
+    /// How many times the store's log has been synced (benchmarks report
+    /// commits per sync).
     pub fn flush_count(&self) -> u64 {
-        self.flushes_done.load(Ordering::Acquire)
+        self.store.sync_count()
     }
 
     /// Applies the batch that makes commit `ts` final (a one-phase commit,
@@ -580,10 +554,10 @@ impl TxnManager {
     }
 
     /// Commits `groups` (writes per split id) with two-phase commit; see
-    /// [`twopc`]. One flush, after every participant prepared: that is the
-    /// commit point (recovery finishes the commit from the prepare
-    /// records), so the apply needs no flush of its own. With group commit
-    /// the flush is shared with other commits.
+    /// [`twopc`]. One flush, after every participant prepared and step 2
+    /// was queued behind them: that is the commit point (recovery finishes
+    /// the commit from the prepare records if step 2 did not survive). With
+    /// group commit the flush is shared with other commits.
     fn two_phase_commit(&self, ts: Timestamp, groups: &[(u64, Vec<Write>)]) -> Result<()> {
         let participants: Vec<u64> = groups.iter().map(|(id, _)| *id).collect();
         let prepared = (|| {
@@ -606,24 +580,29 @@ impl TxnManager {
             }
             return Err(e);
         }
-        if let Err(e) = self.make_durable() {
-            // Every record was written but the flush failed: they may be
-            // durable, so the outcome is in doubt until recovery decides
-            // it. Stop like a crash rather than abort what may be committed.
+        // Step 2 is queued now, behind the prepares in the store's one log,
+        // so the store applies it while the flush waits for the disk: the
+        // log and the data file each keep a prefix of the batches after a
+        // crash, so step 2 survives only with every prepare (see `twopc`).
+        let mut b = Batch::default();
+        for (id, ws) in groups {
+            b.versions(ts, ws);
+            b.delete_meta(&twopc::prepared_name(ts, *id));
+        }
+        if let Err(e) = self.apply_final(b, ts).and_then(|_| self.make_durable()) {
+            // Every prepare record was written but queuing step 2 or the
+            // flush failed: they may be durable, so the outcome is in doubt
+            // until recovery decides it. Stop like a crash rather than
+            // abort what may be committed.
             self.abandon_commit();
             return Err(e);
         }
-        let finished = (|| {
-            self.check_crash(CrashPoint::Committed)?;
-            let mut b = Batch::default();
-            for (id, ws) in groups {
-                b.versions(ts, ws);
-                b.delete_meta(&twopc::prepared_name(ts, *id));
-            }
-            self.apply_final(b, ts)
-        })();
+        // The flush also waited until step 2 was applied: readable, not yet
+        // published.
+        let finished = self.check_crash(CrashPoint::Committed);
         if finished.is_err() {
-            // Committed but possibly not applied: only recovery can finish it.
+            // Committed; only the publication is left, and recovery makes
+            // it visible.
             self.abandon_commit();
         }
         finished

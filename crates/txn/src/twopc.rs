@@ -5,22 +5,30 @@
 //!
 //! ```text
 //!  1. prepare   for each participant split p:  meta prepared/<ts>/<p> = [participants] + p's writes
-//!               flush          ← the commit point: every participant is prepared
 //!  2. apply     one batch: versions of every participant's writes at ts,
 //!               delete every prepared/<ts>/*, last_commit_ts = max(stored, ts)
+//!               flush          ← the commit point: every participant is prepared
 //! ```
+//!
+//! Step 2 is queued right behind the prepares, before the flush: the store
+//! has one write-ahead log and applies its batches in log order, and after
+//! a crash both the log (replay stops at the first torn record) and the data
+//! file (applied in order, synced at checkpoints) hold a prefix of the
+//! batches. So step 2 is never found without every prepare before it, and
+//! its apply overlaps the flush's disk wait instead of following it. The
+//! commit returns once the flush is done and step 2 is applied.
 //!
 //! The decision is implicit (as in CockroachDB's parallel commits): a
 //! transaction is committed exactly when every participant named in its
 //! prepare records has its prepare record durable. So the coordinator
 //! writes no decision record and the commit costs one flush, not two.
-//! Step 2 needs no flush: once the prepares are durable, recovery finishes
-//! the commit. Step 2 applies every version and removes all of the
+//! Step 2 needs no flush of its own: once the prepares are durable, recovery
+//! finishes the commit. Step 2 applies every version and removes all of the
 //! transaction's prepare records in one batch (one write transaction and one
 //! log record, rather than one per participant), so a set of
-//! records found after a crash is either complete (committed, nothing
-//! applied yet) or was never complete (nothing applied: the apply starts
-//! after the flush). The flush is shared with concurrent commits (group
+//! records found after a crash is either complete (committed, step 2 lost
+//! or applied whole) or was never complete (nothing applied: step 2 comes
+//! after every prepare in the log). The flush is shared with concurrent commits (group
 //! commit), and several two-phase commits may be in doubt at once: they
 //! run outside the commit lock. Readers only see timestamps up to the
 //! store's visible timestamp, which passes `ts` only after step 2 (see the
