@@ -215,9 +215,10 @@ impl Shared {
         }
     }
 
-    /// Writes and syncs what is pending (with the output lock held); any
-    /// failure stops the log.
-    fn sync_locked(&self, out: &mut Output) -> Result<()> {
+    /// Writes and syncs what is pending (with the output lock held); with
+    /// `always`, syncs even if nothing is pending (one sync per flush: the
+    /// baseline without group commit). Any failure stops the log.
+    fn sync_locked(&self, out: &mut Output, always: bool) -> Result<()> {
         self.check()?;
         let r = (|| {
             let (buf, last) = {
@@ -228,8 +229,10 @@ impl Shared {
                 let end = out.pos + buf.len() as u64;
                 out.allocate(end)?;
                 out.file.write_all_at(&buf, out.pos)?;
-                out.file.sync_data()?;
                 out.pos = end;
+            }
+            if !buf.is_empty() || always {
+                out.file.sync_data()?;
                 self.syncs.fetch_add(1, Ordering::AcqRel);
             }
             self.durable_lsn.fetch_max(last, Ordering::AcqRel);
@@ -446,9 +449,10 @@ impl Wal {
 
     /// Returns once every batch submitted before the call is durable and
     /// applied. With group commit, a sync that another committer started
-    /// after the caller's record was appended covers it; otherwise (and
-    /// always without group commit) the caller writes and syncs what is
-    /// pending. Checkpoints when the log has grown past its size.
+    /// after the caller's record was appended covers it; otherwise the
+    /// caller writes and syncs what is pending. Without group commit every
+    /// call syncs once itself. Checkpoints when the log has grown past its
+    /// size.
     pub(crate) fn flush(&self) -> Result<()> {
         let s = &self.shared;
         s.check()?;
@@ -458,7 +462,7 @@ impl Wal {
         if !group || s.durable_lsn.load(Ordering::Acquire) < target {
             let mut out = lock(&s.output)?;
             if !group || s.durable_lsn.load(Ordering::Acquire) < target {
-                s.sync_locked(&mut out)?;
+                s.sync_locked(&mut out, !group)?;
             }
             checkpoint = out.pos >= s.checkpoint_bytes.load(Ordering::Relaxed);
         }
