@@ -303,10 +303,9 @@ impl Shared {
             if self.failed.load(Ordering::Acquire) {
                 continue; // dropped: the log stopped before them
             }
+            let group = merge_group(jobs);
             match kv.write(|t| {
-                for job in &jobs {
-                    (self.apply)(t, job)?;
-                }
+                (self.apply)(t, &group)?;
                 write_lsn(t, lsn)
             }) {
                 Ok(()) => {
@@ -324,6 +323,35 @@ impl Shared {
                 }
             }
         }
+    }
+}
+
+/// The batches of one applier group as one: the physical operations with
+/// only the last one of each key kept (blind writes: the others are
+/// overwritten in the same transaction — a two-phase commit's prepare
+/// records, inserted and then removed by its apply batch, are not written
+/// at all), in key order; the versions of every batch, in order. Applying
+/// it leaves the table as applying the batches one by one: the store's
+/// metadata keys (physical operations) and its version keys never overlap
+/// (logical keys never start with `FF`), so moving operations ahead of
+/// later batches' versions changes nothing.
+fn merge_group(mut jobs: Vec<Record>) -> Record {
+    if jobs.len() == 1 {
+        if let Some(one) = jobs.pop() {
+            return one;
+        }
+    }
+    let lsn = jobs.last().map_or(0, |j| j.lsn);
+    let mut ops: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
+    let mut versions = Vec::new();
+    for job in jobs {
+        ops.extend(job.ops);
+        versions.extend(job.versions);
+    }
+    Record {
+        lsn,
+        ops: ops.into_iter().collect(),
+        versions,
     }
 }
 
@@ -834,6 +862,42 @@ mod tests {
         assert_eq!(kv.get(b"k").unwrap().as_deref(), Some(&b"3"[..]));
         assert_eq!(kv.get(b"j").unwrap(), None);
         assert_eq!(stored_lsn(&kv).unwrap(), 3);
+    }
+
+    /// A merged group keeps each key's last operation and every version
+    /// in order.
+    #[test]
+    fn a_merged_group_keeps_the_last_write_of_each_key() {
+        let put = |k: &str, v: &str| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec()));
+        let gone = |k: &str| (k.as_bytes().to_vec(), None);
+        let version = |k: &str, ts: u64| (k.as_bytes().to_vec(), ts, Some(vec![ts as u8]));
+        let jobs = vec![
+            Record {
+                lsn: 4,
+                ops: vec![put("prep/1", "x"), put("m", "1")],
+                versions: vec![version("a", 1)],
+            },
+            Record {
+                lsn: 5,
+                ops: vec![gone("prep/1"), put("z", "2")],
+                versions: vec![version("a", 2), version("b", 2)],
+            },
+            Record {
+                lsn: 6,
+                ops: vec![put("m", "3")],
+                versions: vec![],
+            },
+        ];
+        let merged = merge_group(jobs);
+        assert_eq!(merged.lsn, 6);
+        assert_eq!(
+            merged.ops,
+            vec![put("m", "3"), gone("prep/1"), put("z", "2")]
+        );
+        assert_eq!(
+            merged.versions,
+            vec![version("a", 1), version("a", 2), version("b", 2)]
+        );
     }
 
     /// Applies like `replay`, but fails a batch that writes key `b`.
