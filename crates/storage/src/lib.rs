@@ -222,7 +222,8 @@ impl Store {
     /// Applies one batch atomically without waiting for the disk; a later
     /// [`Store::flush`] makes it durable (group commit). On disk the batch
     /// is logged and queued ([`wal`]): it is in the data file, whole,
-    /// once [`Store::flush`] or [`Store::wait_applied`] returns.
+    /// once [`Store::flush`] or [`Store::wait_applied`] returns, and is
+    /// applied only after one of them is called.
     pub fn apply_unsynced(&self, batch: Batch) -> Result<()> {
         match &self.durable {
             Some(wal) => wal.submit(batch.inner, batch.versions).map(|_| ()),

@@ -31,12 +31,12 @@
 //! ## A commit: its record, its flush, its apply
 //!
 //! ```text
-//!   committer: submit: LSN, record → pending, job → queue ─ flush: write ─ fdatasync ─ durable ─ applied? ─ done
-//!   applier:                                      └─► redb write txn: heads, versions, meta/wal_lsn ─ commit ─ applied = LSN
+//!   committer: submit: LSN, record → pending, batch → queue ─ flush: wake applier ─ write ─ fdatasync ─ durable ─ applied? ─ done
+//!   applier:                                                                 └─► redb write txn: heads, versions, meta/wal_lsn ─ commit ─ applied = LSN
 //! ```
 //!
 //! [`Wal::submit`] only encodes the record and queues the batch; the
-//! applier thread writes queued batches to the data file in LSN order (the
+//! applier thread (woken by the flush, once per commit) writes queued batches to the data file in LSN order (the
 //! batches queued when it looks share one write transaction: a two-phase
 //! commit's prepares and apply, or concurrent commits), while the committer writes and syncs
 //! the log in [`Wal::flush`] (PostgreSQL's backend does the same I/O; its
@@ -170,7 +170,8 @@ struct Shared {
     /// Writes a record's batch inside a write transaction (the store's
     /// head logic); recovery replays records with it too.
     apply: ApplyFn,
-    /// Signalled when a job is queued (the applier waits on `queue`).
+    /// Signalled by flushes and waits while batches are queued (the
+    /// applier waits on `queue`).
     work: Condvar,
     /// Signalled (with `queue` locked) when `applied_lsn` moves while
     /// someone waits for it (`waiters`), or when the log stops.
@@ -250,6 +251,7 @@ impl Shared {
         if self.applied_lsn.load(Ordering::Acquire) >= lsn {
             return self.check();
         }
+        self.work.notify_one();
         let mut q = lock(&self.queue)?;
         // Counted before `applied_lsn` is read again: the applier stores
         // the LSN, then reads the count (both SeqCst), so either this
@@ -453,8 +455,10 @@ impl Wal {
     }
 
     /// Appends the record of `ops` and `versions` to the log (durable
-    /// after [`Wal::flush`]) and queues them for the applier. Returns the
-    /// record's LSN.
+    /// after [`Wal::flush`]) and queues them for the applier, which starts
+    /// on them at the next [`Wal::flush`] or [`Wal::wait_applied`] (of any
+    /// thread; a queued batch is applied before any later one). Returns
+    /// the record's LSN.
     pub(crate) fn submit(&self, ops: Vec<Op>, versions: Vec<Version>) -> Result<u64> {
         let s = &self.shared;
         s.check()?;
@@ -469,9 +473,9 @@ impl Wal {
         }
         s.appended_lsn.store(lsn, Ordering::Release);
         *next += 1;
+        // The applier is woken by the flush or wait that follows (one
+        // wake-up per commit, not one per batch of a two-phase commit).
         lock(&s.queue)?.push_back(Record { lsn, ops, versions });
-        // After unlocking: the woken applier does not block on the queue.
-        s.work.notify_one();
         Ok(lsn)
     }
 
@@ -485,6 +489,10 @@ impl Wal {
         let s = &self.shared;
         s.check()?;
         let target = s.appended_lsn.load(Ordering::Acquire);
+        if s.applied_lsn.load(Ordering::Acquire) < target {
+            // Queued batches are applied while this thread syncs the log.
+            s.work.notify_one();
+        }
         let group = s.group.load(Ordering::Relaxed);
         let mut checkpoint = false;
         if !group || s.durable_lsn.load(Ordering::Acquire) < target {

@@ -616,7 +616,11 @@ impl TxnManager {
         for (id, _) in groups {
             b.delete_meta(&twopc::prepared_name(ts, *id));
         }
-        if let Err(e) = self.store.apply_unsynced(b) {
+        if let Err(e) = self
+            .store
+            .apply_unsynced(b)
+            .and_then(|_| self.store.wait_applied())
+        {
             tracing::warn!(error = %e, ts, "could not remove prepared records");
         }
     }
