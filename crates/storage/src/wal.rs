@@ -246,12 +246,19 @@ impl Shared {
         r
     }
 
-    /// Waits until every batch up to `lsn` is applied.
+    /// Wakes the applier if batches up to `lsn` are still queued.
+    fn wake_applier(&self, lsn: u64) {
+        if self.applied_lsn.load(Ordering::Acquire) < lsn {
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits until every batch up to `lsn` is applied (the caller woke the
+    /// applier).
     fn wait_applied(&self, lsn: u64) -> Result<()> {
         if self.applied_lsn.load(Ordering::Acquire) >= lsn {
             return self.check();
         }
-        self.work.notify_one();
         let mut q = lock(&self.queue)?;
         // Counted before `applied_lsn` is read again: the applier stores
         // the LSN, then reads the count (both SeqCst), so either this
@@ -464,11 +471,9 @@ impl Wal {
         s.check()?;
         let mut next = lock(&self.submit)?;
         let lsn = *next;
-        let mut record = Vec::new();
-        encode_record(&mut record, lsn, &ops, &versions);
         {
             let mut p = lock(&s.pending)?;
-            p.buf.extend_from_slice(&record);
+            encode_record(&mut p.buf, lsn, &ops, &versions);
             p.last_lsn = lsn;
         }
         s.appended_lsn.store(lsn, Ordering::Release);
@@ -489,10 +494,8 @@ impl Wal {
         let s = &self.shared;
         s.check()?;
         let target = s.appended_lsn.load(Ordering::Acquire);
-        if s.applied_lsn.load(Ordering::Acquire) < target {
-            // Queued batches are applied while this thread syncs the log.
-            s.work.notify_one();
-        }
+        // Queued batches are applied while this thread syncs the log.
+        s.wake_applier(target);
         let group = s.group.load(Ordering::Relaxed);
         let mut checkpoint = false;
         if !group || s.durable_lsn.load(Ordering::Acquire) < target {
@@ -509,7 +512,9 @@ impl Wal {
                 // Every record in the file is applied once the applier
                 // passes the durable LSN (read with the output lock held:
                 // nothing is being written); see the module docs.
-                s.wait_applied(s.durable_lsn.load(Ordering::Acquire))?;
+                let durable = s.durable_lsn.load(Ordering::Acquire);
+                s.wake_applier(durable);
+                s.wait_applied(durable)?;
                 self.kv.sync()?;
                 out.pos = 0;
                 tracing::debug!("write-ahead log checkpointed");
@@ -522,7 +527,9 @@ impl Wal {
     /// file (not necessarily durable).
     pub(crate) fn wait_applied(&self) -> Result<()> {
         let s = &self.shared;
-        s.wait_applied(s.appended_lsn.load(Ordering::Acquire))
+        let target = s.appended_lsn.load(Ordering::Acquire);
+        s.wake_applier(target);
+        s.wait_applied(target)
     }
 
     /// Group commit on (the default: flushes share syncs) or off (every
