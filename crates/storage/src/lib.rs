@@ -658,10 +658,21 @@ impl ScanIter {
     /// before the keys already returned): a jump over a key range the
     /// caller does not need, such as the children of a parent row, without
     /// reading it. It reads the same snapshot as the rest of the scan.
+    ///
+    /// The jump moves the open B-tree range forward (`redb::Range::seek`,
+    /// patched into the vendored redb): a target in the same leaf or under
+    /// a nearby branch costs a local search, not a descent from the root.
     pub fn seek(&mut self, key: &[u8]) {
         self.has_last = false;
-        self.inner = None;
         if key >= self.end.as_slice() {
+            self.inner = None;
+            return;
+        }
+        if let Some(inner) = self.inner.as_mut() {
+            if let Err(e) = inner.seek(key) {
+                self.inner = None;
+                self.error = Some(redb::Error::from(e).into());
+            }
             return;
         }
         if let Some(snapshot) = &self.snapshot {
@@ -716,6 +727,9 @@ impl ScanIter {
         rest.seek(&cut);
         let mut resume = after.to_vec();
         resume.push(VERSION_SEP + 1);
+        // The open range still ends at the old end: start a new one that
+        // ends at the cut.
+        self.inner = None;
         self.seek(&resume);
         Some(rest)
     }
@@ -885,6 +899,87 @@ mod tests {
             let all: Vec<_> = (&mut it).map(|r| r.unwrap()).collect();
             assert!(it.split_off(&all.last().unwrap().0).is_none());
         }
+    }
+
+    /// `ScanIter::seek` moves the open B-tree range forward (the vendored
+    /// redb's `Range::seek`, which searches again from the current leaf or
+    /// a branch on the path): wherever it jumps to, it must land where a
+    /// new scan from the target starts. Row trees of 0–40 children with
+    /// 100-byte values give a tree of several levels, so jumps stay in a
+    /// leaf, cross to a sibling leaf, or climb one or more branches; some
+    /// rows have older versions and some are deleted.
+    #[test]
+    fn seek_lands_where_a_new_scan_starts() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+
+        let s = Store::open_temporary().unwrap();
+        let row = |i: u32, child: Option<u32>| {
+            let mut k = vec![0x20, 1, 0x10];
+            k.extend_from_slice(&i.to_be_bytes());
+            if let Some(c) = child {
+                k.extend_from_slice(&[0x20, 2, 0x10]);
+                k.extend_from_slice(&c.to_be_bytes());
+            }
+            k
+        };
+        for ts in 1..=3u64 {
+            let mut writes = Vec::new();
+            for i in 0..1500u32 {
+                let value = Some(vec![b'a' + (i % 26) as u8; 100]);
+                if ts == 1 {
+                    writes.push((row(i, None), value.clone()));
+                    for c in 0..(i * 7) % 41 {
+                        writes.push((row(i, Some(c)), value.clone()));
+                    }
+                } else if i % (ts as u32 + 2) == 0 {
+                    writes.push((row(i, None), if ts == 3 { None } else { value }));
+                }
+            }
+            s.commit(ts, &writes).unwrap();
+        }
+        let keys: Vec<Vec<u8>> = s.scan(&[0x20], None, 1).map(|r| r.unwrap().0).collect();
+        assert!(keys.len() > 20_000, "{} keys", keys.len());
+
+        let mut runner = TestRunner::new(Config {
+            cases: 48,
+            ..Config::default()
+        });
+        let jumps = proptest::collection::vec((0usize..400, 0u8..3, 1u64..=3), 1..60);
+        runner
+            .run(&jumps, |jumps| {
+                for read_ts in [1, 2, 3] {
+                    let mut it = s.scan(&[0x20], None, read_ts);
+                    let mut at = 0;
+                    for &(jump, how, steps) in &jumps {
+                        let Some(base) = keys.get(at + jump) else {
+                            break;
+                        };
+                        let target = match how {
+                            0 => base.clone(),
+                            1 => {
+                                spindle_keys::key::prefix_end(base).unwrap_or_else(|| base.clone())
+                            }
+                            _ => [base.as_slice(), &[0x00]].concat(),
+                        };
+                        it.seek(&target);
+                        let want: Vec<_> = s
+                            .scan(&target, None, read_ts)
+                            .take(steps as usize)
+                            .map(|r| r.unwrap())
+                            .collect();
+                        let got: Vec<_> =
+                            (&mut it).take(steps as usize).map(|r| r.unwrap()).collect();
+                        prop_assert_eq!(&got, &want, "seek to {:?} at ts {}", target, read_ts);
+                        match got.last() {
+                            Some((k, _)) => at = keys.partition_point(|x| x <= k),
+                            None => break,
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]
