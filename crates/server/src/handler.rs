@@ -535,7 +535,9 @@ fn fields(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
         .enumerate()
         .map(|(i, f)| {
             let t = types::pg_type(f);
+            let size = types::type_size(&t);
             FieldInfo::new(f.name().clone(), None, None, t, format.format_for(i))
+                .with_type_size(size)
         })
         .collect()
 }

@@ -64,6 +64,18 @@ pub fn arrow_pg_type(t: &ArrowType) -> Type {
     }
 }
 
+/// `pg_type.typlen` of a result column's type, as RowDescription reports
+/// it: the fixed width in bytes, or -1 for variable-width types.
+pub fn type_size(t: &Type) -> i16 {
+    match *t {
+        Type::BOOL => 1,
+        Type::INT2 => 2,
+        Type::INT4 | Type::FLOAT4 | Type::DATE => 4,
+        Type::INT8 | Type::FLOAT8 | Type::TIMESTAMP | Type::TIMESTAMPTZ => 8,
+        _ => -1,
+    }
+}
+
 /// Whether values of `t` are text-like (sent as their text in both formats).
 fn is_textual(t: &Type) -> bool {
     matches!(

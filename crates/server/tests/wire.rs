@@ -1345,3 +1345,53 @@ async fn changed_parameters_are_reported_once() {
         "{reset:?}"
     );
 }
+
+/// RowDescription reports each column's `pg_type.typlen` (drivers such as
+/// JDBC read it): the fixed width of fixed-width types, -1 for the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_description_carries_each_type_size() {
+    let addr = start(None).await;
+    let mut raw = Raw::connect(addr).await;
+    raw.send(
+        b'Q',
+        &cstr(
+            "SELECT true AS b, 1::smallint AS s, 2::int AS i, 3::bigint AS l, \
+             1.5::real AS f, 2.5::double precision AS d, DATE '2026-01-02' AS day, \
+             TIMESTAMP '2026-01-02 03:04:05' AS ts, 'x' AS t, 1.25::numeric AS n",
+        ),
+    )
+    .await;
+    let (tag, body) = raw.next().await.unwrap();
+    assert_eq!(tag, b'T');
+    let count = i16::from_be_bytes([body[0], body[1]]) as usize;
+    let mut at = 2;
+    let mut sizes = Vec::new();
+    for _ in 0..count {
+        let name_end = at + body[at..].iter().position(|b| *b == 0).unwrap();
+        let name = String::from_utf8(body[at..name_end].to_vec()).unwrap();
+        // table oid (4), attnum (2), type oid (4), typlen (2), typmod (4), format (2)
+        let f = name_end + 1;
+        let oid = u32::from_be_bytes(body[f + 6..f + 10].try_into().unwrap());
+        let size = i16::from_be_bytes(body[f + 10..f + 12].try_into().unwrap());
+        sizes.push((name, oid, size));
+        at = f + 18;
+    }
+    let expect = [
+        ("b", 16, 1),
+        ("s", 21, 2),
+        ("i", 23, 4),
+        ("l", 20, 8),
+        ("f", 700, 4),
+        ("d", 701, 8),
+        ("day", 1082, 4),
+        ("ts", 1114, 8),
+        ("t", 25, -1),
+        ("n", 1700, -1),
+    ];
+    let expect: Vec<(String, u32, i16)> = expect
+        .iter()
+        .map(|(n, o, s)| (n.to_string(), *o, *s))
+        .collect();
+    assert_eq!(sizes, expect);
+    assert_eq!(raw.until_ready().await, Vec::<String>::new());
+}
