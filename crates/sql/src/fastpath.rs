@@ -714,21 +714,25 @@ fn scan_rows(
     let mut last: Vec<u8> = Vec::new();
     let mut step = |budget: Option<usize>| -> Result<bool> {
         let mut n = 0usize;
-        while let Some(item) = iter.next() {
-            let (key, value) = item?;
-            match Catalog::decode_key(chain, &key)? {
+        // Each entry is decoded from the store's pages (`next_with`: no copy
+        // of its key and value); true when it lies below the last row, i.e.
+        // the scan should jump over that row's tree.
+        while let Some(item) = iter.next_with(|key, value| -> Result<bool> {
+            match Catalog::decode_key(chain, key)? {
                 Some(kv) => {
-                    rows.push(crate::dml::stored_row(table, &kv, &value)?);
+                    rows.push(crate::dml::stored_row(table, &kv, value)?);
                     last.clear();
-                    last.extend_from_slice(&key);
+                    last.extend_from_slice(key);
+                    Ok(false)
                 }
-                None if !last.is_empty() && key.starts_with(&last) => {
-                    match spindle_keys::key::prefix_end(&last) {
-                        Some(e) => iter.seek(&e),
-                        None => return Ok(true),
-                    }
+                None => Ok(!last.is_empty() && key.starts_with(&last)),
+            }
+        }) {
+            if item?? {
+                match spindle_keys::key::prefix_end(&last) {
+                    Some(e) => iter.seek(&e),
+                    None => return Ok(true),
                 }
-                None => {}
             }
             n += 1;
             if budget.is_some_and(|b| n >= b) {
