@@ -763,7 +763,13 @@ fn insert_if_absent(
         let key = catalog
             .encode_key(&table.name, &key_vals(full))
             .map_err(key_error)?;
-        if hidden.is_none() || ctx.lock()?.get(&key).map_err(Error::from)?.is_none() {
+        if hidden.is_none()
+            || ctx
+                .lock()?
+                .get_for_insert(&key)
+                .map_err(Error::from)?
+                .is_none()
+        {
             break key;
         }
     };
@@ -786,7 +792,9 @@ fn insert_if_absent(
         }
     }
     let mut txn = ctx.lock()?;
-    match txn.get(&key).map_err(Error::from)? {
+    // Absent: written just below (or the statement, and with it the
+    // transaction, fails), which is what `get_for_insert` asks.
+    match txn.get_for_insert(&key).map_err(Error::from)? {
         Some(existing) => Ok(Some((key, kv, existing))),
         None => {
             put_row(&mut txn, table, indexes, key, full, None)?;

@@ -481,6 +481,14 @@ impl Batch {
         }
     }
 
+    /// [`Batch::versions`] for writes the caller gives up: moved, not copied.
+    pub fn versions_owned(&mut self, ts: Timestamp, writes: Vec<Write>) {
+        self.versions.reserve(writes.len());
+        self.len += writes.len();
+        self.versions
+            .extend(writes.into_iter().map(|(key, value)| (key, ts, value)));
+    }
+
     /// Sets metadata `name` (unversioned).
     pub fn put_meta(&mut self, name: &str, value: Vec<u8>) {
         let mut key = META_PREFIX.to_vec();

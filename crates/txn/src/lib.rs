@@ -627,7 +627,7 @@ impl TxnManager {
 
     /// Counts a commit's writes against its splits, then runs split
     /// maintenance on them (under the split map's lock only).
-    fn note_commit(&self, groups: &[(u64, Vec<Write>)], ts: Timestamp) {
+    fn note_commit(&self, deltas: &[SplitDelta], ts: Timestamp) {
         let catalog = match self.catalog.read() {
             Ok(c) => c.1.clone(),
             Err(_) => return,
@@ -636,20 +636,14 @@ impl TxnManager {
             return;
         };
         let mut touched = Vec::new();
-        for (id, ws) in groups {
-            let Some(s) = splits.splits_mut().iter_mut().find(|s| s.id == *id) else {
+        for d in deltas {
+            let Some(s) = splits.splits_mut().iter_mut().find(|s| s.id == d.id) else {
                 continue;
             };
-            s.writes.add(ws.len() as u64);
-            for (k, v) in ws {
-                match v {
-                    Some(v) => {
-                        s.bytes += (k.len() + v.len()) as u64;
-                        s.rows += 1;
-                    }
-                    None => s.dirty_deletes += 1,
-                }
-            }
+            s.writes.add(d.writes);
+            s.bytes += d.bytes;
+            s.rows += d.puts;
+            s.dirty_deletes += d.deletes;
             touched.push(s.id);
         }
         self.maintain_splits(&mut splits, &touched, &catalog, ts);
@@ -974,6 +968,38 @@ impl ReadSet {
     }
 }
 
+/// What one commit adds to a split's statistics ([`TxnManager::note_commit`]),
+/// counted before its writes move into the store's batch.
+struct SplitDelta {
+    id: u64,
+    writes: u64,
+    bytes: u64,
+    puts: u64,
+    deletes: u64,
+}
+
+impl SplitDelta {
+    fn of(id: u64, ws: &[Write]) -> SplitDelta {
+        let mut d = SplitDelta {
+            id,
+            writes: ws.len() as u64,
+            bytes: 0,
+            puts: 0,
+            deletes: 0,
+        };
+        for (k, v) in ws {
+            match v {
+                Some(v) => {
+                    d.bytes += (k.len() + v.len()) as u64;
+                    d.puts += 1;
+                }
+                None => d.deletes += 1,
+            }
+        }
+        d
+    }
+}
+
 impl Drop for Transaction {
     fn drop(&mut self) {
         self.release_locks();
@@ -1043,6 +1069,29 @@ impl Transaction {
         self.reads().points.insert(key.to_vec());
         self.mgr.note_read(key, Some(key));
         Ok(self.mgr.store.get(key, self.read_ts)?)
+    }
+
+    /// [`Transaction::get`] for an insert, which writes `key` when it is
+    /// absent: the caller must then write `key` in this transaction (or
+    /// fail it). The absence is recorded only through that write —
+    /// validation checks every written key against later commits' writes
+    /// as it checks reads — so an absent key adds nothing to the read set
+    /// and no read to the split's load. A present key is a read like any
+    /// other (the caller may decide on it without writing: a duplicate-key
+    /// error, `ON CONFLICT DO NOTHING`).
+    pub fn get_for_insert(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(w) = self.writes.get(key) {
+            if !self.pending.is_empty() && self.pending.contains(key) {
+                return Err(Error::PendingCommitTimestamp);
+            }
+            return Ok(w.clone());
+        }
+        let found = self.mgr.store.get(key, self.read_ts)?;
+        if found.is_some() {
+            self.reads().points.insert(key.to_vec());
+            self.mgr.note_read(key, Some(key));
+        }
+        Ok(found)
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -1316,14 +1365,23 @@ impl Transaction {
             None
         };
         let splits = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
-        // Group the writes by split (they are in key order already).
+        // Group the writes by split (they are in key order already, but
+        // for the catalog key): a key goes to the previous key's split
+        // while it is inside it, so only the first key of each group pays
+        // a search of the map.
         let mut groups: Vec<(usize, Vec<Write>)> = Vec::new();
         for w in writes {
-            let idx = splits.index_of(&w.0);
-            match groups.last_mut() {
-                Some((i, ws)) if *i == idx => ws.push(w),
-                _ => groups.push((idx, vec![w])),
+            if let Some((i, ws)) = groups.last_mut() {
+                let inside = splits
+                    .get(*i)
+                    .is_some_and(|s| s.start.as_slice() <= w.0.as_slice())
+                    && splits.end_of(*i).is_none_or(|e| w.0.as_slice() < e);
+                if inside {
+                    ws.push(w);
+                    continue;
+                }
             }
+            groups.push((splits.index_of(&w.0), vec![w]));
         }
         // The catalog key sorts first, so groups may repeat a split only if
         // the catalog shares split 0 with later keys: merge such groups.
@@ -1337,7 +1395,7 @@ impl Transaction {
             }
         });
         // By id: the map may change (split maintenance) once it is unlocked.
-        let groups: Vec<(u64, Vec<Write>)> = groups
+        let mut groups: Vec<(u64, Vec<Write>)> = groups
             .into_iter()
             .map(|(i, ws)| (splits.splits()[i].id, ws))
             .collect();
@@ -1378,12 +1436,18 @@ impl Transaction {
 
         // Outside the commit lock: other commits validate, apply and flush
         // meanwhile, and share this one's flushes.
-        let result = if groups.len() == 1 {
+        let deltas: Vec<SplitDelta> = groups
+            .iter()
+            .map(|(id, ws)| SplitDelta::of(*id, ws))
+            .collect();
+        let result = if let [(_, ws)] = groups.as_mut_slice() {
+            // One split: its writes move into the batch, uncopied.
+            let ws = std::mem::take(ws);
             self.mgr
                 .check_crash(CrashPoint::BeforePrepare)
                 .and_then(|_| {
                     let mut b = Batch::default();
-                    b.versions(ts, &groups[0].1);
+                    b.versions_owned(ts, ws);
                     self.mgr.apply_final(b, ts)?;
                     self.mgr.make_durable()
                 })
@@ -1406,7 +1470,7 @@ impl Transaction {
         span.record("ts", ts);
         span.record("splits", tracing::field::debug(&info.splits));
         span.record("two_phase", info.two_phase);
-        self.mgr.note_commit(&groups, ts);
+        self.mgr.note_commit(&deltas, ts);
         self.mgr.finish_commit(ts, true)?;
         Ok(Some(info))
     }
@@ -1750,6 +1814,50 @@ mod tests {
         assert_eq!(it.next().unwrap().unwrap().0, b"\x20a");
         it.seek(b"\xff");
         assert!(it.next().is_none());
+    }
+
+    #[test]
+    fn an_insert_of_an_absent_key_is_validated_by_its_write() {
+        let m = mgr();
+        let reads = |m: &Arc<TxnManager>| -> u64 {
+            m.split_stats()
+                .unwrap()
+                .iter()
+                .map(|s| s.reads_per_minute)
+                .sum()
+        };
+        // Two inserts of one absent key: the second to commit aborts,
+        // though neither recorded a read (nor counted one on its split).
+        let (k, other) = (b"\x20k".to_vec(), b"\x20o".to_vec());
+        let mut a = m.begin().unwrap();
+        let mut b = m.begin().unwrap();
+        assert_eq!(a.get_for_insert(&k).unwrap(), None);
+        assert_eq!(b.get_for_insert(&k).unwrap(), None);
+        assert_eq!(reads(&m), 0);
+        assert!(a.reads().points.is_empty());
+        a.put(k.clone(), b"a".to_vec());
+        b.put(k.clone(), b"b".to_vec());
+        a.commit().unwrap();
+        assert!(matches!(b.commit(), Err(Error::Conflict)));
+
+        // A present key is a read: an insert that found it and wrote
+        // nothing there (ON CONFLICT DO NOTHING) conflicts with a
+        // concurrent delete of it.
+        let mut a = m.begin().unwrap();
+        let mut d = m.begin().unwrap();
+        assert_eq!(a.get_for_insert(&k).unwrap(), Some(b"a".to_vec()));
+        assert_eq!(reads(&m), 1);
+        a.put(other.clone(), b"x".to_vec());
+        d.delete(k.clone());
+        d.commit().unwrap();
+        assert!(matches!(a.commit(), Err(Error::Conflict)));
+
+        // The transaction's own writes answer first, tombstones included.
+        let mut t = m.begin().unwrap();
+        t.put(other.clone(), b"y".to_vec());
+        assert_eq!(t.get_for_insert(&other).unwrap(), Some(b"y".to_vec()));
+        t.delete(other.clone());
+        assert_eq!(t.get_for_insert(&other).unwrap(), None);
     }
 
     #[test]
