@@ -571,6 +571,18 @@ fn write_lsn(t: &mut WriteTable<'_>, lsn: u64) -> Result<()> {
 }
 
 fn encode_record(out: &mut Vec<u8>, lsn: u64, ops: &[Op], versions: &[Version]) {
+    // Sized up front: a big transaction's record would otherwise grow
+    // (and copy) the buffer many times over.
+    let size = 20
+        + ops
+            .iter()
+            .map(|(k, v)| 5 + k.len() + v.as_ref().map_or(0, |v| 4 + v.len()))
+            .sum::<usize>()
+        + versions
+            .iter()
+            .map(|(k, _, v)| 14 + k.len() + v.as_ref().map_or(0, |v| 4 + v.len()))
+            .sum::<usize>();
+    out.reserve(size);
     let start = out.len();
     out.extend_from_slice(&[0; 8]); // length and checksum, filled below
     out.extend_from_slice(&lsn.to_le_bytes());
@@ -598,6 +610,7 @@ fn encode_record(out: &mut Vec<u8>, lsn: u64, ops: &[Op], versions: &[Version]) 
             }
         }
     }
+    debug_assert_eq!(out.len() - start, size, "a record's size as reserved");
     let payload = &out[start + 8..];
     let len = (payload.len() as u32).to_le_bytes();
     let crc = crc32fast::hash(payload).to_le_bytes();

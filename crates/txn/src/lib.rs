@@ -238,7 +238,7 @@ const SPLITS_META: &str = "splits";
 /// transaction may still have to be validated against.
 pub struct CommitLog {
     last_ts: Timestamp,
-    recent: VecDeque<(Timestamp, Arc<BTreeSet<Vec<u8>>>)>,
+    recent: VecDeque<(Timestamp, Arc<WriteSet>)>,
 }
 
 /// Commits that have a timestamp but have not finished applying. Commits
@@ -951,20 +951,41 @@ struct ReadSet {
 
 impl ReadSet {
     /// Whether any of `written` falls in what was read.
-    fn overlaps(&self, written: &BTreeSet<Vec<u8>>) -> bool {
+    fn overlaps(&self, written: &WriteSet) -> bool {
         if self.points.iter().any(|k| written.contains(k)) {
             return true;
         }
-        self.ranges.iter().any(|(start, end)| {
-            let upper = match end {
-                Some(e) => Bound::Excluded(e.clone()),
-                None => Bound::Unbounded,
-            };
-            written
-                .range((Bound::Included(start.clone()), upper))
-                .next()
-                .is_some()
-        })
+        self.ranges
+            .iter()
+            .any(|(start, end)| written.any_in(start, end.as_deref()))
+    }
+}
+
+/// The keys a commit wrote, kept in [`CommitLog`] for validation: sorted
+/// and without duplicates, searched by bisection (built from the already
+/// sorted write buffer without a tree's node allocations).
+struct WriteSet(Vec<Vec<u8>>);
+
+impl WriteSet {
+    fn new(mut keys: Vec<Vec<u8>>) -> WriteSet {
+        // The buffer is in key order; only the catalog key is appended.
+        if !keys.is_sorted() {
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        WriteSet(keys)
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        self.0.binary_search_by(|k| k.as_slice().cmp(key)).is_ok()
+    }
+
+    /// Whether a key in `[start, end)` was written.
+    fn any_in(&self, start: &[u8], end: Option<&[u8]>) -> bool {
+        let i = self.0.partition_point(|k| k.as_slice() < start);
+        self.0
+            .get(i)
+            .is_some_and(|k| end.is_none_or(|e| k.as_slice() < e))
     }
 }
 
@@ -1355,7 +1376,7 @@ impl Transaction {
         if catalog_changed {
             writes.push((CATALOG_KEY.to_vec(), Some(self.catalog.to_bytes())));
         }
-        let write_set: BTreeSet<Vec<u8>> = writes.iter().map(|(k, _)| k.clone()).collect();
+        let write_set = WriteSet::new(writes.iter().map(|(k, _)| k.clone()).collect());
         // Publish the new catalog before the commit becomes visible, so no
         // snapshot at `ts` can pick up the previous one from the cache.
         let previous = if catalog_changed {
@@ -1814,6 +1835,34 @@ mod tests {
         assert_eq!(it.next().unwrap().unwrap().0, b"\x20a");
         it.seek(b"\xff");
         assert!(it.next().is_none());
+    }
+
+    proptest::proptest! {
+        /// The commit log's write set answers as a `BTreeSet` of the same
+        /// keys would, for points and ranges, whatever order the keys came in.
+        #[test]
+        fn a_write_set_answers_as_a_tree_set(
+            keys in proptest::collection::vec(proptest::collection::vec(0u8..4, 0..4), 0..40),
+            probes in proptest::collection::vec(
+                (proptest::collection::vec(0u8..4, 0..4), proptest::option::of(proptest::collection::vec(0u8..4, 0..4))),
+                1..20,
+            ),
+        ) {
+            let tree: BTreeSet<Vec<u8>> = keys.iter().cloned().collect();
+            let set = WriteSet::new(keys);
+            for (start, end) in probes {
+                proptest::prop_assert_eq!(set.contains(&start), tree.contains(&start));
+                if end.as_ref().is_some_and(|e| *e < start) {
+                    continue;
+                }
+                let upper = match &end {
+                    Some(e) => Bound::Excluded(e.clone()),
+                    None => Bound::Unbounded,
+                };
+                let want = tree.range((Bound::Included(start.clone()), upper)).next().is_some();
+                proptest::prop_assert_eq!(set.any_in(&start, end.as_deref()), want);
+            }
+        }
     }
 
     #[test]
