@@ -63,6 +63,12 @@
 //!   ───┴──────────┴─────┴────┴──►
 //! ```
 //!
+//! An INSERT's check that its key is absent
+//! ([`Transaction::get_for_insert`]) is not recorded as a read: the insert
+//! writes the key (or its statement, and so the transaction, fails), and
+//! the key's write is validated the same way; only a key found present
+//! joins the read set.
+//!
 //! If it passes, nothing T read changed between its snapshot and its
 //! commit point, so T is equivalent to running alone at its commit
 //! timestamp: serializable (no lost update, write skew, phantom — scans

@@ -1,0 +1,49 @@
+//! Bulk insert timed in two parts: the statements and the COMMIT (the
+//! figures bench/README.md's bulk-insert section quotes). One `Session`
+//! runs `INSERT … VALUES ($1, $2, $3)` N times (default 100 000) inside
+//! `BEGIN … COMMIT`, three times, into new tables of a temporary database:
+//!
+//! ```text
+//! cargo build --release -p spindle-bench --example bulk && target/release/examples/bulk 100000
+//! ```
+
+use std::error::Error;
+use std::time::Instant;
+
+use spindle::{Database, Value};
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let n: i64 = match std::env::args().nth(1) {
+        Some(s) => s.parse()?,
+        None => 100_000,
+    };
+    let dir = tempfile::tempdir()?;
+    let db = Database::open(dir.path().join("spindle"))?;
+    let mut se = db.session();
+    for run in 0..3 {
+        se.execute(
+            &format!("CREATE TABLE b{run} (id bigint NOT NULL, v bigint NOT NULL, s varchar(100), PRIMARY KEY (id))"),
+            &[],
+        )?;
+        let sql = format!("INSERT INTO b{run} (id, v, s) VALUES ($1, $2, $3)");
+        let t = Instant::now();
+        se.execute("BEGIN", &[])?;
+        for i in 0..n {
+            let payload = format!("{i:0>12}-{}", "p".repeat(36));
+            se.execute(
+                &sql,
+                &[Value::Int64(i), Value::Int64(i * 7), Value::String(payload)],
+            )?;
+        }
+        let statements = t.elapsed();
+        se.execute("COMMIT", &[])?;
+        let total = t.elapsed();
+        println!(
+            "run {run}: statements {statements:?} ({:.0} ns/row), commit {:?}, {:.0} rows/s",
+            statements.as_nanos() as f64 / n as f64,
+            total - statements,
+            n as f64 / total.as_secs_f64()
+        );
+    }
+    Ok(())
+}
