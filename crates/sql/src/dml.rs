@@ -615,14 +615,22 @@ fn put_row(
     full: &[Value],
     old: Option<&[Value]>,
 ) -> Result<()> {
-    for (col, v) in table.columns.iter().zip(full) {
-        if v.is_null() && !col.nullable {
-            return Err(Error::NotNullViolation(format!(
-                "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                col.name, table.name
-            )));
-        }
+    let (pending, value) = checked_row(table, full)?;
+    // Point reads and buffered writes of index entries: inline (see
+    // `crate::blocking`).
+    maintain(txn, indexes, old, Some(full), pending)?;
+    if pending {
+        txn.put_pending(key, value);
+    } else {
+        txn.put(key, value);
     }
+    Ok(())
+}
+
+/// A row's stored value, once its NOT NULL and commit-timestamp rules
+/// hold, and whether it holds the commit-timestamp placeholder.
+fn checked_row(table: &Table, full: &[Value]) -> Result<(bool, Vec<u8>)> {
+    check_not_null(table, full)?;
     let pending = check_commit_timestamps(table, full)?;
     let cols: Vec<(u32, &Value)> = table
         .columns
@@ -631,13 +639,17 @@ fn put_row(
         .filter(|(c, _)| !table.is_key_column(&c.name))
         .map(|(c, v)| (c.id, v))
         .collect();
-    // Point reads and buffered writes of index entries: inline (see
-    // `crate::blocking`).
-    maintain(txn, indexes, old, Some(full), pending)?;
-    if pending {
-        txn.put_pending(key, row::encode_row(&cols));
-    } else {
-        txn.put(key, row::encode_row(&cols));
+    Ok((pending, row::encode_row(&cols)))
+}
+
+fn check_not_null(table: &Table, full: &[Value]) -> Result<()> {
+    for (col, v) in table.columns.iter().zip(full) {
+        if v.is_null() && !col.nullable {
+            return Err(Error::NotNullViolation(format!(
+                "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                col.name, table.name
+            )));
+        }
     }
     Ok(())
 }
@@ -792,6 +804,19 @@ fn insert_if_absent(
         }
     }
     let mut txn = ctx.lock()?;
+    if indexes.is_empty() {
+        // No index entries to write first: the row's value is made up
+        // front and probed and written in one search of the write buffer.
+        // (Its NOT NULL check so comes before the duplicate-key check, as
+        // in PostgreSQL.)
+        let (pending, value) = checked_row(table, full)?;
+        if !pending {
+            return Ok(txn
+                .insert_absent(key, value)
+                .map_err(Error::from)?
+                .map(|(key, existing)| (key, kv, existing)));
+        }
+    }
     // Absent: written just below (or the statement, and with it the
     // transaction, fails), which is what `get_for_insert` asks.
     match txn.get_for_insert(&key).map_err(Error::from)? {

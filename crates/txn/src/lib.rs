@@ -1121,6 +1121,47 @@ impl Transaction {
         Ok(found)
     }
 
+    /// [`Transaction::get_for_insert`] and [`Transaction::put`] in one
+    /// search of the write buffer: writes `value` at `key` and returns
+    /// `None` when the key is absent (the write validates the absence);
+    /// otherwise writes nothing and returns the key and its present value
+    /// (recorded as a read when it came from the store).
+    pub fn insert_absent(
+        &mut self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        use std::collections::btree_map::Entry;
+        match self.writes.entry(key) {
+            Entry::Occupied(mut e) => {
+                if !self.pending.is_empty() && self.pending.contains(e.key()) {
+                    return Err(Error::PendingCommitTimestamp);
+                }
+                match e.get() {
+                    Some(present) => Ok(Some((e.key().clone(), present.clone()))),
+                    None => {
+                        // Deleted by this transaction: a tombstone is never
+                        // pending (`delete` drops a pending write instead).
+                        e.insert(Some(value));
+                        Ok(None)
+                    }
+                }
+            }
+            Entry::Vacant(e) => match self.mgr.store.get(e.key(), self.read_ts)? {
+                Some(present) => {
+                    let key = e.into_key();
+                    lock_reads(&self.reads).points.insert(key.clone());
+                    self.mgr.note_read(&key, Some(&key));
+                    Ok(Some((key, present)))
+                }
+                None => {
+                    e.insert(Some(value));
+                    Ok(None)
+                }
+            },
+        }
+    }
+
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         if !self.pending.is_empty() {
             self.pending.remove(&key);
@@ -1913,6 +1954,41 @@ mod tests {
         assert_eq!(t.get_for_insert(&other).unwrap(), Some(b"y".to_vec()));
         t.delete(other.clone());
         assert_eq!(t.get_for_insert(&other).unwrap(), None);
+
+        // insert_absent: the same answers, and the write when absent.
+        let present = |k: &[u8], v: &[u8]| Some((k.to_vec(), v.to_vec()));
+        let (fresh, stored) = (b"\x20n".to_vec(), b"\x20s".to_vec());
+        let mut setup = m.begin().unwrap();
+        setup.put(stored.clone(), b"s".to_vec());
+        setup.commit().unwrap();
+        let mut t = m.begin().unwrap();
+        assert_eq!(t.insert_absent(fresh.clone(), b"1".to_vec()).unwrap(), None);
+        assert_eq!(
+            t.insert_absent(fresh.clone(), b"2".to_vec()).unwrap(),
+            present(&fresh, b"1"),
+            "a second insert finds the first and writes nothing"
+        );
+        assert_eq!(t.insert_absent(other.clone(), b"z".to_vec()).unwrap(), None);
+        assert!(t.reads().points.is_empty());
+        assert_eq!(
+            t.insert_absent(stored.clone(), b"t".to_vec()).unwrap(),
+            present(&stored, b"s"),
+            "a stored key is returned, not overwritten"
+        );
+        assert_eq!(t.reads().points.len(), 1);
+        t.commit().unwrap();
+        let r = m.begin().unwrap();
+        assert_eq!(r.get(&fresh).unwrap(), Some(b"1".to_vec()));
+        assert_eq!(r.get(&other).unwrap(), Some(b"z".to_vec()));
+        assert_eq!(r.get(&stored).unwrap(), Some(b"s".to_vec()));
+        // Two insert_absent of one absent key in concurrent transactions.
+        let key2 = b"\x20q".to_vec();
+        let mut a = m.begin().unwrap();
+        let mut b = m.begin().unwrap();
+        assert_eq!(a.insert_absent(key2.clone(), b"a".to_vec()).unwrap(), None);
+        assert_eq!(b.insert_absent(key2.clone(), b"b".to_vec()).unwrap(), None);
+        a.commit().unwrap();
+        assert!(matches!(b.commit(), Err(Error::Conflict)));
     }
 
     #[test]
