@@ -1086,15 +1086,29 @@ impl Transaction {
         !self.writes.is_empty() || self.catalog_changed
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if let Some(w) = self.writes.get(key) {
-            if !self.pending.is_empty() && self.pending.contains(key) {
-                return Err(Error::PendingCommitTimestamp);
-            }
-            return Ok(w.clone());
+    /// This transaction's buffered write of `key`, if any (`Some(None)`: a
+    /// tombstone). A write holding the commit-timestamp placeholder cannot
+    /// be read back.
+    fn own_write(&self, key: &[u8]) -> Result<Option<&Option<Vec<u8>>>> {
+        let w = self.writes.get(key);
+        if w.is_some() && !self.pending.is_empty() && self.pending.contains(key) {
+            return Err(Error::PendingCommitTimestamp);
         }
+        Ok(w)
+    }
+
+    /// Records a point read of `key` from the store: validated at commit,
+    /// counted on its split's read load.
+    fn note_point_read(&self, key: &[u8]) {
         self.reads().points.insert(key.to_vec());
         self.mgr.note_read(key, Some(key));
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(w) = self.own_write(key)? {
+            return Ok(w.clone());
+        }
+        self.note_point_read(key);
         Ok(self.mgr.store.get(key, self.read_ts)?)
     }
 
@@ -1107,16 +1121,12 @@ impl Transaction {
     /// other (the caller may decide on it without writing: a duplicate-key
     /// error, `ON CONFLICT DO NOTHING`).
     pub fn get_for_insert(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if let Some(w) = self.writes.get(key) {
-            if !self.pending.is_empty() && self.pending.contains(key) {
-                return Err(Error::PendingCommitTimestamp);
-            }
+        if let Some(w) = self.own_write(key)? {
             return Ok(w.clone());
         }
         let found = self.mgr.store.get(key, self.read_ts)?;
         if found.is_some() {
-            self.reads().points.insert(key.to_vec());
-            self.mgr.note_read(key, Some(key));
+            self.note_point_read(key);
         }
         Ok(found)
     }
@@ -1150,8 +1160,7 @@ impl Transaction {
             Entry::Vacant(e) => match self.mgr.store.get(e.key(), self.read_ts)? {
                 Some(present) => {
                     let key = e.into_key();
-                    lock_reads(&self.reads).points.insert(key.clone());
-                    self.mgr.note_read(&key, Some(&key));
+                    self.note_point_read(&key);
                     Ok(Some((key, present)))
                 }
                 None => {
