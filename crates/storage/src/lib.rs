@@ -751,23 +751,29 @@ impl ScanIter {
             return Some(Err(e));
         }
         let inner = self.inner.as_mut()?;
+        let (ts, last, has_last) = (self.ts, &mut self.last, &mut self.has_last);
+        // `f` is called at most once: the entry it is called on ends the loop.
+        let mut f = Some(f);
         loop {
-            let (pk, v) = match inner.next()? {
-                Ok(kv) => kv,
+            // Each entry is read in place on its page (`Range::next_with`).
+            let step = inner.next_with(|pk, v| -> Result<Option<R>> {
+                let e = decode_entry(pk, v)?;
+                if e.ts > ts || (*has_last && last.as_slice() == e.key) {
+                    return Ok(None); // a version newer than the scan, or an older one
+                }
+                last.clear();
+                last.extend_from_slice(e.key);
+                *has_last = true;
+                let Some(value) = e.payload else {
+                    return Ok(None); // a tombstone
+                };
+                Ok(f.take().map(|f| f(e.key, value)))
+            });
+            match step? {
+                Ok(Ok(Some(r))) => return Some(Ok(r)),
+                Ok(Ok(None)) => continue,
+                Ok(Err(e)) => return Some(Err(e)),
                 Err(e) => return Some(Err(redb::Error::from(e).into())),
-            };
-            let e = match decode_entry(pk.value(), v.value()) {
-                Ok(e) => e,
-                Err(e) => return Some(Err(e)),
-            };
-            if e.ts > self.ts || (self.has_last && self.last.as_slice() == e.key) {
-                continue;
-            }
-            self.last.clear();
-            self.last.extend_from_slice(e.key);
-            self.has_last = true;
-            if let Some(value) = e.payload {
-                return Some(Ok(f(e.key, value)));
             }
         }
     }

@@ -1208,6 +1208,21 @@ impl<'a, K: Key + 'static, V: Value + 'static> Range<'a, K, V> {
         let bytes = K::as_bytes(key.borrow());
         self.inner.seek_front(bytes.as_ref())
     }
+
+    /// The next entry from the front, handed to `f` as key and value
+    /// borrowed from the page that holds them; `None` once the range is
+    /// done. The same entries as [`Iterator::next`], without the two
+    /// [`AccessGuard`]s (each holds a reference to the page, counted up and
+    /// down for every entry).
+    ///
+    /// (Added in Spindle's vendored copy of redb; not in upstream redb.)
+    pub fn next_with<T>(
+        &mut self,
+        f: impl for<'x> FnOnce(K::SelfType<'x>, V::SelfType<'x>) -> T,
+    ) -> Option<Result<T>> {
+        self.inner
+            .next_front_with(|key, value| f(K::from_bytes(key), V::from_bytes(value)))
+    }
 }
 
 /// Under the redb 5 API preview a [`Table`] cannot be mutated while a [`Range`] over it is alive,

@@ -240,6 +240,71 @@ impl<K: Key + 'static, V: Value + 'static> BtreeCursorRange<K, V> {
         result
     }
 
+    // The next entry from the front, handed to `f` as key and value bytes
+    // borrowed from the leaf page (a patch of Spindle's vendored copy; the
+    // same steps and bound checks as `next`, without a page reference per
+    // entry).
+    pub(crate) fn next_front_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8]) -> R,
+    ) -> Option<Result<R>> {
+        if self.errored {
+            return Some(Err(StorageError::PreviousIo));
+        }
+        let result = self.next_front_with_inner(f);
+        if matches!(result, Some(Err(_))) {
+            self.errored = true;
+        }
+        result
+    }
+
+    fn next_front_with_inner<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8]) -> R,
+    ) -> Option<Result<R>> {
+        match self.prepare(Side::Front) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(err) => return Some(Err(err)),
+        }
+        match self.cursors_have_remaining() {
+            Ok(true) => {}
+            Ok(false) => {
+                self.close();
+                return None;
+            }
+            Err(err) => return Some(Err(err)),
+        }
+        // With both ends started, `cursors_have_remaining` stops the range;
+        // with the front alone, the upper bound does.
+        let check_bound = self.back.is_uninitialized();
+        let Self {
+            front, upper_bound, ..
+        } = self;
+        let Some(cursor) = front.active_mut() else {
+            // `prepare` returned true: the front is active.
+            return None;
+        };
+        let upper = upper_bound.as_ref().map(Vec::as_slice);
+        let stepped = cursor.next_with(|key, value| {
+            let within = !check_bound
+                || match upper {
+                    Included(bound) => K::compare(key, bound).is_le(),
+                    Excluded(bound) => K::compare(key, bound).is_lt(),
+                    Unbounded => true,
+                };
+            within.then(|| f(key, value))
+        });
+        match stepped {
+            Ok(Some(Some(r))) => Some(Ok(r)),
+            Ok(Some(None) | None) => {
+                self.close();
+                None
+            }
+            Err(err) => Some(Err(err)),
+        }
+    }
+
     fn next_from(&mut self, side: Side) -> Option<Result<EntryGuard<K, V>>> {
         if self.errored {
             return Some(Err(StorageError::PreviousIo));
