@@ -208,7 +208,18 @@ impl<'a> Reader<'a> {
             .try_into()
             .map_err(|_| Error::Corrupt("truncated row"))
     }
+    /// A varint; one byte (ids and lengths below 128) is the common case.
+    #[inline]
     fn varint(&mut self) -> Result<u64, Error> {
+        match self.input.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Ok(b as u64)
+            }
+            _ => self.long_varint(),
+        }
+    }
+    fn long_varint(&mut self) -> Result<u64, Error> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;

@@ -186,6 +186,8 @@ impl ColumnBuilder {
 
     /// Appends a value borrowed from a stored row; its type must be the
     /// column's (else an internal error: the row does not match the schema).
+    /// Inlined: a scan calls it for every value it decodes.
+    #[inline]
     pub fn append_raw(&mut self, v: RawValue<'_>) -> Result<()> {
         match (self, v) {
             (ColumnBuilder::Int64(b), RawValue::Int64(x)) => b.append_value(x),
@@ -196,13 +198,7 @@ impl ColumnBuilder {
             (ColumnBuilder::Date(b), RawValue::Date(x)) => b.append_value(x),
             (ColumnBuilder::Timestamp(b), RawValue::Timestamp(x)) => b.append_value(x),
             (ColumnBuilder::Numeric(b), RawValue::Numeric(x)) => b.append_value(x),
-            (b, v) => {
-                return Err(Error::Internal(format!(
-                    "stored value {} does not match column type {}",
-                    v.type_name(),
-                    b.type_name()
-                )))
-            }
+            (b, v) => return Err(type_mismatch(b, v)),
         }
         Ok(())
     }
@@ -240,6 +236,18 @@ impl ColumnBuilder {
             ColumnBuilder::Numeric(b) => Arc::new(b.finish()),
         }
     }
+}
+
+/// The error of a stored value whose type is not its column's (kept out
+/// of line: `append_raw` runs once per decoded value).
+#[cold]
+#[inline(never)]
+fn type_mismatch(b: &ColumnBuilder, v: RawValue<'_>) -> Error {
+    Error::Internal(format!(
+        "stored value {} does not match column type {}",
+        v.type_name(),
+        b.type_name()
+    ))
 }
 
 /// Converts one element of any Arrow array into a [`Value`]. Types with no
