@@ -937,7 +937,7 @@ impl PartitionStream for ScanStream {
                 && snapshots.len() == 1
                 && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
             let mut tail: Option<Tail> = None;
-            let mut sent = 0usize;
+            let mut first_sent = false;
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
                 let mut reader = RowReader::default();
@@ -982,9 +982,9 @@ impl PartitionStream for ScanStream {
                     if pushed {
                         produced += 1;
                     }
-                    let full = if sent == 0 { FIRST_BATCH_ROWS } else { BATCH_ROWS };
+                    let full = if first_sent { BATCH_ROWS } else { FIRST_BATCH_ROWS };
                     if rows.len() >= full {
-                        sent += 1;
+                        first_sent = true;
                         let batch = rows.finish(&schema)?;
                         if tx.blocking_send(Ok(batch)).is_err() {
                             return Ok(()); // the consumer went away (e.g. LIMIT reached)

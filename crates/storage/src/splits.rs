@@ -167,6 +167,16 @@ impl SplitMap {
         self.splits.get(idx)
     }
 
+    /// Whether split `idx` holds `key` (what `index_of(key) == idx` says,
+    /// without the search: a run of keys in order stays in one split while
+    /// this holds).
+    pub fn contains(&self, idx: usize, key: &[u8]) -> bool {
+        self.splits
+            .get(idx)
+            .is_some_and(|s| s.start.as_slice() <= key)
+            && self.end_of(idx).is_none_or(|e| key < e)
+    }
+
     /// End key (exclusive) of split `idx`; `None` for the last.
     pub fn end_of(&self, idx: usize) -> Option<&[u8]> {
         self.splits.get(idx + 1).map(|s| s.start.as_slice())
@@ -300,6 +310,9 @@ mod tests {
                 }
                 for k in &keys {
                     prop_assert_eq!(map.index_of(k), map.index_of(&b.root_of(k)));
+                    for i in 0..map.len() + 1 {
+                        prop_assert_eq!(map.contains(i, k), map.index_of(k) == i);
+                    }
                 }
                 for w in map.splits().windows(2) {
                     prop_assert!(w[0].start < w[1].start);

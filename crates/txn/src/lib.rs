@@ -995,6 +995,16 @@ impl WriteSet {
     }
 }
 
+/// Fails if a transaction's buffered write of `key` holds the
+/// commit-timestamp placeholder (`pending`: the keys whose writes do), which
+/// cannot be read back.
+fn readable(pending: &BTreeSet<Vec<u8>>, key: &[u8]) -> Result<()> {
+    if !pending.is_empty() && pending.contains(key) {
+        return Err(Error::PendingCommitTimestamp);
+    }
+    Ok(())
+}
+
 /// What one commit adds to a split's statistics ([`TxnManager::note_commit`]),
 /// counted before its writes move into the store's batch.
 struct SplitDelta {
@@ -1091,8 +1101,8 @@ impl Transaction {
     /// be read back.
     fn own_write(&self, key: &[u8]) -> Result<Option<&Option<Vec<u8>>>> {
         let w = self.writes.get(key);
-        if w.is_some() && !self.pending.is_empty() && self.pending.contains(key) {
-            return Err(Error::PendingCommitTimestamp);
+        if w.is_some() {
+            readable(&self.pending, key)?;
         }
         Ok(w)
     }
@@ -1144,9 +1154,7 @@ impl Transaction {
         use std::collections::btree_map::Entry;
         match self.writes.entry(key) {
             Entry::Occupied(mut e) => {
-                if !self.pending.is_empty() && self.pending.contains(e.key()) {
-                    return Err(Error::PendingCommitTimestamp);
-                }
+                readable(&self.pending, e.key())?;
                 match e.get() {
                     Some(present) => Ok(Some((e.key().clone(), present.clone()))),
                     None => {
@@ -1449,11 +1457,7 @@ impl Transaction {
         let mut groups: Vec<(usize, Vec<Write>)> = Vec::new();
         for w in writes {
             if let Some((i, ws)) = groups.last_mut() {
-                let inside = splits
-                    .get(*i)
-                    .is_some_and(|s| s.start.as_slice() <= w.0.as_slice())
-                    && splits.end_of(*i).is_none_or(|e| w.0.as_slice() < e);
-                if inside {
+                if splits.contains(*i, &w.0) {
                     ws.push(w);
                     continue;
                 }
