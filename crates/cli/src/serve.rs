@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! spindle serve [--data-dir DIR | --in-memory] [--listen 127.0.0.1:5433] [--password-env VAR]
-//!               [--tls-cert FILE --tls-key FILE [--require-tls]]
+//!               [--tls-cert FILE --tls-key FILE [--require-tls]] [--busy-poll-us N]
 //! ```
 //!
 //! With `--tls-cert` and `--tls-key` (PEM) clients may connect over TLS
@@ -58,6 +58,13 @@ pub struct ServeArgs {
     /// --tls-cert and --tls-key
     #[arg(long, requires = "tls_cert")]
     pub require_tls: bool,
+
+    /// Between statements, a connection may watch its socket for the
+    /// client's next message this many microseconds before sleeping, while
+    /// no more connections are active than half the cores (saves the
+    /// wake-up per round trip; 0 turns it off)
+    #[arg(long, value_name = "MICROS", default_value_t = 50)]
+    pub busy_poll_us: u64,
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
@@ -109,6 +116,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             password,
             tls,
             require_tls: args.require_tls,
+            busy_poll_micros: args.busy_poll_us,
         };
         let server = spindle_server::Server::bind(engine, args.listen, config)
             .await

@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     pub tls: Option<crate::Tls>,
     /// Refuse startups that did not negotiate TLS.
     pub require_tls: bool,
+    /// See [`crate::Config::busy_poll_micros`].
+    pub busy_poll_micros: u64,
     pub connections: Arc<ConnectionManager>,
     /// Held (shared) by each running statement; shutdown takes it
     /// exclusively, so it waits for statements in flight.
@@ -102,6 +104,12 @@ pub(crate) struct Conn {
     /// The reported parameters as the client last heard them (ParameterStatus),
     /// with the settings version they were read at.
     pub told: std::sync::Mutex<Option<Told>>,
+    /// Set once ReadyForQuery is sent, cleared when the client's next
+    /// message is handled: the client owes the next message, so the
+    /// connection's thread may spin for it ([`crate::busy_poll`]).
+    pub idle: std::sync::atomic::AtomicBool,
+    /// The connection's wake-ups, for [`crate::busy_poll`]'s load rule.
+    pub activity: crate::busy_poll::Activity,
 }
 
 impl Conn {
@@ -115,7 +123,20 @@ impl Conn {
             prepared: Mutex::new(Default::default()),
             pid: std::sync::OnceLock::new(),
             told: std::sync::Mutex::new(None),
+            idle: std::sync::atomic::AtomicBool::new(false),
+            activity: Default::default(),
         }
+    }
+
+    /// A message from the client arrived: its statement may wait for the
+    /// shared runtime, and no spinning should take a core from it.
+    fn busy(&self) {
+        self.idle.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// ReadyForQuery was sent.
+    fn ready(&self) {
+        self.idle.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Before a statement: lowers the interrupt flag and, the first time,
@@ -981,6 +1002,7 @@ impl SimpleQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.conn.busy();
         if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
             return Err(PgWireError::NotReadyForQuery);
         }
@@ -1022,6 +1044,7 @@ impl SimpleQueryHandler for Handler {
         client
             .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(st)))
             .await?;
+        self.conn.ready();
         Ok(())
     }
 
@@ -1176,6 +1199,7 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.conn.busy();
         // pgwire's Parse, remembering the name for DEALLOCATE ALL.
         let name = message
             .name
@@ -1201,6 +1225,7 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.conn.busy();
         let name = message
             .statement_name
             .clone()
@@ -1234,6 +1259,7 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.conn.busy();
         let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         match message.target_type {
             TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
@@ -1267,6 +1293,7 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.conn.busy();
         let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         if let Some(Entry::Value(portal)) = client.portal_store().get_portal(portal_name) {
             if portal.statement.statement.tag == "COPY" {
@@ -1312,6 +1339,7 @@ impl ExtendedQueryHandler for Handler {
             .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(st)))
             .await?;
         client.flush().await?;
+        self.conn.ready();
         Ok(())
     }
 

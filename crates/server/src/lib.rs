@@ -21,7 +21,9 @@
 //!   its statements' fast paths and commits; DataFusion plans run back on
 //!   the accepting runtime (`Engine::set_executor`), so a query still uses
 //!   every core. A statement that blocks (a commit's flush, a lock wait)
-//!   blocks only its own connection.
+//!   blocks only its own connection. Between statements, while few
+//!   connections are active, a connection thread watches its socket for a
+//!   moment before it sleeps (`busy_poll`, [`Config::busy_poll_micros`]).
 //!
 //! Modules: [`handler`] (protocol ↔ session), [`types`] (OIDs, text and
 //! binary values), `copy` (`COPY … FROM STDIN` / `TO STDOUT`, text and CSV).
@@ -45,6 +47,7 @@
 //!   threads). Statements still running after the grace period are
 //!   dropped at their next await; a lock wait is interrupted (57014).
 
+mod busy_poll;
 mod copy;
 pub mod handler;
 pub mod tls;
@@ -60,7 +63,7 @@ use pgwire::api::{ConnectionManager, RandomPidSecretKeyGenerator};
 use spindle_sql::Engine;
 use tokio::net::TcpListener;
 use tokio::sync::RwLock;
-use tracing::{info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 use handler::{Conn, Handlers, Shared};
 pub use tls::Tls;
@@ -97,6 +100,10 @@ pub struct Config {
     /// Refuse startups that did not negotiate TLS (SQLSTATE 28000).
     /// Needs [`Config::tls`].
     pub require_tls: bool,
+    /// Microseconds a connection thread may spin for its client's next
+    /// message before it parks, while the server is lightly loaded (see
+    /// `busy_poll`); 0 never spins.
+    pub busy_poll_micros: u64,
 }
 
 /// A server over one database.
@@ -122,6 +129,7 @@ impl Server {
                 password: config.password,
                 tls: config.tls,
                 require_tls: config.require_tls,
+                busy_poll_micros: config.busy_poll_micros,
                 connections: Arc::new(ConnectionManager::new()),
                 in_flight: RwLock::new(()),
                 pids: RandomPidSecretKeyGenerator::default(),
@@ -225,10 +233,28 @@ impl ConnectionThread {
             Ok(s) => s,
             Err(e) => return warn!(error = %e, "connection dropped"),
         };
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        builder.enable_all();
+        let micros = self.conn.shared.busy_poll_micros;
+        if micros > 0 {
+            // A second handle on the socket (the same open file, so
+            // non-blocking too) to peek at while the runtime is idle.
+            match socket.try_clone() {
+                Ok(peek) => {
+                    let conn = self.conn.clone();
+                    let woken = self.conn.clone();
+                    builder
+                        .on_thread_park(move || {
+                            if conn.idle.load(Ordering::Relaxed) {
+                                busy_poll::spin(&peek, micros);
+                            }
+                        })
+                        .on_thread_unpark(move || woken.activity.wake());
+                }
+                Err(e) => debug!(error = %e, "no socket handle to poll; the connection parks"),
+            }
+        }
+        let runtime = match builder.build() {
             Ok(rt) => rt,
             Err(e) => {
                 return warn!(error = %e, "cannot start a connection runtime; connection dropped")

@@ -185,6 +185,7 @@ async fn scram_over_tls() {
         password: Some("s3cret".into()),
         tls: Some(cert.tls()),
         require_tls: false,
+        ..Default::default()
     })
     .await;
     // channel_binding=require: SCRAM-SHA-256-PLUS, bound to the

@@ -15,17 +15,18 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 /// Starts a server on an in-memory database; it lives until the test's
 /// runtime ends.
 async fn start(password: Option<&str>) -> SocketAddr {
-    let engine = spindle_sql::Engine::open(None).unwrap();
-    let server = spindle_server::Server::bind(
-        engine,
-        "127.0.0.1:0".parse().unwrap(),
-        spindle_server::Config {
-            password: password.map(str::to_string),
-            ..Default::default()
-        },
-    )
+    start_with(spindle_server::Config {
+        password: password.map(str::to_string),
+        ..Default::default()
+    })
     .await
-    .unwrap();
+}
+
+async fn start_with(config: spindle_server::Config) -> SocketAddr {
+    let engine = spindle_sql::Engine::open(None).unwrap();
+    let server = spindle_server::Server::bind(engine, "127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .unwrap();
     let addr = server.local_addr().unwrap();
     tokio::spawn(server.serve(std::future::pending()));
     addr
@@ -1394,4 +1395,58 @@ async fn row_description_carries_each_type_size() {
         .collect();
     assert_eq!(sizes, expect);
     assert_eq!(raw.until_ready().await, Vec::<String>::new());
+}
+
+/// With busy polling on, a lone client's statements (simple and extended)
+/// are answered whether its next message comes while the connection is
+/// still watching the socket or after it gave up and parked; and with two
+/// clients at once (more than one active connection: no spinning), each
+/// still sees its own results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_polling_connections_answer_every_message() {
+    let addr = start_with(spindle_server::Config {
+        busy_poll_micros: 2_000,
+        ..Default::default()
+    })
+    .await;
+    let a = connect(addr).await;
+    a.batch_execute("CREATE TABLE t (k bigint PRIMARY KEY, v bigint)")
+        .await
+        .unwrap();
+    let insert = a.prepare("INSERT INTO t VALUES ($1, $2)").await.unwrap();
+    let select = a.prepare("SELECT v FROM t WHERE k = $1").await.unwrap();
+    for k in 0..200i64 {
+        a.execute(&insert, &[&k, &(k * 10)]).await.unwrap();
+        let v: i64 = a.query_one(&select, &[&k]).await.unwrap().get(0);
+        assert_eq!(v, k * 10);
+        if k % 50 == 0 {
+            // Longer than the spin: the connection parks, then wakes.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    let b = connect(addr).await;
+    let (ra, rb) = tokio::join!(
+        async {
+            let mut sum = 0i64;
+            for k in 0..100i64 {
+                sum += a.query_one(&select, &[&k]).await.unwrap().get::<_, i64>(0);
+            }
+            sum
+        },
+        async {
+            let mut n = 0;
+            for _ in 0..100 {
+                let rows = b.simple_query("SELECT count(*) FROM t").await.unwrap();
+                for m in &rows {
+                    if let SimpleQueryMessage::Row(r) = m {
+                        assert_eq!(r.get(0), Some("200"));
+                        n += 1;
+                    }
+                }
+            }
+            n
+        }
+    );
+    assert_eq!(ra, (0..100i64).map(|k| k * 10).sum::<i64>());
+    assert_eq!(rb, 100);
 }

@@ -110,7 +110,11 @@ impl Inner {
             let server = spindle_server::Server::bind(
                 engine,
                 "127.0.0.1:0".parse().unwrap(),
-                spindle_server::Config::default(),
+                // `spindle serve`'s default busy polling (50 µs).
+                spindle_server::Config {
+                    busy_poll_micros: 50,
+                    ..Default::default()
+                },
             )
             .await
             .map_err(std::io::Error::other)?;
