@@ -776,7 +776,9 @@ impl Handler {
     {
         let mut session = self.conn.session.lock().await;
         if crate::copy::is_copy(sql) {
-            return match self.start_copy(client, &mut session, sql, false).await? {
+            // Boxed: COPY's future is large, and every statement's future
+            // (boxed by the protocol loop) would otherwise copy its size.
+            return match Box::pin(self.start_copy(client, &mut session, sql, false)).await? {
                 Ok(copy_in) => Ok(copy_in),
                 Err(e) => {
                     session.fail();
@@ -1299,7 +1301,8 @@ impl ExtendedQueryHandler for Handler {
             if portal.statement.statement.tag == "COPY" {
                 let sql = portal.statement.statement.sql.clone();
                 let mut session = self.conn.session.lock().await;
-                let r = self.start_copy(client, &mut session, &sql, true).await?;
+                // Boxed, as in `run_simple`.
+                let r = Box::pin(self.start_copy(client, &mut session, &sql, true)).await?;
                 return match r {
                     Ok(copy_in) => {
                         if !copy_in {
