@@ -35,6 +35,7 @@ pub mod parser;
 pub mod pg_catalog;
 pub mod plan_cache;
 pub mod provider;
+mod query_cache;
 pub mod session;
 pub mod settings;
 pub mod subquery;

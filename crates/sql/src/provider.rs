@@ -730,24 +730,6 @@ impl TableProvider for SpindleTable {
             columns: scan_columns,
             limit,
         };
-        let (snapshots, reader, mgr) = {
-            let txn = self
-                .txn
-                .lock()
-                .map_err(|_| DataFusionError::Internal("transaction lock poisoned".into()))?;
-            let snaps: Vec<Snapshot> = request
-                .ranges
-                .iter()
-                .map(|r| txn.snapshot(&r.start, r.end.as_deref()))
-                .collect();
-            let reader = fetch.as_ref().map(|_| {
-                let mut root = Vec::new();
-                spindle_keys::key::encode_table_prefix(&mut root, self.chain[0].id);
-                let end = prefix_end(&root);
-                txn.point_reader(&root, end.as_deref())
-            });
-            (snaps, reader, txn.manager().clone())
-        };
         // Rows come out in the order of the scanned keys: declare the
         // ordering of the longest prefix of key columns that is projected.
         let key_owner = request.chain.last().unwrap_or(&self.table);
@@ -794,18 +776,77 @@ impl TableProvider for SpindleTable {
                 request.ranges.len()
             )
         };
-        let stream = Arc::new(ScanStream {
-            schema: schema.clone(),
+        let mut root = Vec::new();
+        spindle_keys::key::encode_table_prefix(&mut root, self.chain[0].id);
+        let scan = ScanParts {
+            schema,
             request,
+            fetch,
+            root,
+            ordering,
+            limit,
+            describe,
+        };
+        Ok(Arc::new(scan.bind(&self.txn)?))
+    }
+}
+
+/// What a [`SpindleScanExec`] is made from, apart from the transaction:
+/// kept so that a cached plan can run again in another transaction
+/// ([`SpindleScanExec::rebind`]).
+#[derive(Debug, Clone)]
+struct ScanParts {
+    schema: SchemaRef,
+    request: ScanRequest,
+    /// A non-covering index scan's base-table request.
+    fetch: Option<ScanRequest>,
+    /// The key prefix of the chain's root table (the point reader's range).
+    root: Vec<u8>,
+    ordering: Vec<LexOrdering>,
+    limit: Option<usize>,
+    describe: String,
+}
+
+impl ScanParts {
+    /// The scan in `txn`: a snapshot of each range (recorded as the
+    /// transaction's reads) and, for a non-covering index scan, a reader of
+    /// base rows.
+    fn bind(self, txn: &TxnHandle) -> datafusion::error::Result<SpindleScanExec> {
+        let (snapshots, reader, mgr) = {
+            let txn = txn
+                .lock()
+                .map_err(|_| DataFusionError::Internal("transaction lock poisoned".into()))?;
+            let snaps: Vec<Snapshot> = self
+                .request
+                .ranges
+                .iter()
+                .map(|r| txn.snapshot(&r.start, r.end.as_deref()))
+                .collect();
+            let reader = self.fetch.as_ref().map(|_| {
+                let end = prefix_end(&self.root);
+                txn.point_reader(&self.root, end.as_deref())
+            });
+            (snaps, reader, txn.manager().clone())
+        };
+        let stream = Arc::new(ScanStream {
+            schema: self.schema.clone(),
+            request: self.request.clone(),
             snapshots,
             mgr,
-            fetch: fetch.zip(reader),
+            fetch: self.fetch.clone().zip(reader),
         });
-        let exec = StreamingTableExec::try_new(schema, vec![stream], None, ordering, false, limit)?;
-        Ok(Arc::new(SpindleScanExec {
+        let exec = StreamingTableExec::try_new(
+            self.schema.clone(),
+            vec![stream],
+            None,
+            self.ordering.clone(),
+            false,
+            self.limit,
+        )?;
+        Ok(SpindleScanExec {
             inner: Arc::new(exec),
-            describe,
-        }))
+            parts: self,
+        })
     }
 }
 
@@ -819,19 +860,25 @@ fn external(e: crate::Error) -> DataFusionError {
 #[derive(Debug)]
 pub struct SpindleScanExec {
     inner: Arc<StreamingTableExec>,
-    describe: String,
+    parts: ScanParts,
 }
 
 impl SpindleScanExec {
     /// The EXPLAIN text, e.g. `table=t access=index t_a (covering) where a = 1 ranges=1`.
     pub fn describe(&self) -> &str {
-        &self.describe
+        &self.parts.describe
+    }
+
+    /// The same scan (ranges, columns, output order) in another
+    /// transaction, which records the ranges as its reads.
+    pub(crate) fn rebind(&self, txn: &TxnHandle) -> datafusion::error::Result<SpindleScanExec> {
+        self.parts.clone().bind(txn)
     }
 }
 
 impl DisplayAs for SpindleScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SpindleScan: {}", self.describe)
+        write!(f, "SpindleScan: {}", self.parts.describe)
     }
 }
 

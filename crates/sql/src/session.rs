@@ -81,6 +81,8 @@ pub struct Engine {
     normalized: Mutex<HashMap<String, Option<Arc<Parsed>>>>,
     /// Statements that took the fast path ([`crate::fastpath`]).
     fast_path: std::sync::atomic::AtomicU64,
+    /// DataFusion plans of queries by text ([`crate::query_cache`]).
+    queries: crate::query_cache::QueryCache,
     /// The multi-threaded runtime DataFusion plans run on when a session
     /// is driven from a single-threaded one ([`Engine::set_executor`]).
     executor: std::sync::OnceLock<tokio::runtime::Handle>,
@@ -125,6 +127,7 @@ impl Engine {
             parsed: Mutex::new(HashMap::new()),
             normalized: Mutex::new(HashMap::new()),
             fast_path: Default::default(),
+            queries: Default::default(),
             executor: Default::default(),
         }))
     }
@@ -146,6 +149,12 @@ impl Engine {
     /// DELETE by full primary key) since the database opened.
     pub fn fast_path_count(&self) -> u64 {
         self.fast_path.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many queries ran a kept DataFusion plan instead of planning
+    /// again ([`crate::query_cache`]) since the database opened.
+    pub fn cached_plan_count(&self) -> u64 {
+        self.queries.hits()
     }
 
     pub(crate) fn count_fast_path(&self) {
@@ -333,10 +342,29 @@ impl StatementContext {
         stmt: ast::Statement,
         include_hidden: bool,
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let catalog = self.catalog()?;
         let state = self
             .engine
-            .df_state(self.catalog()?, self.txn.clone(), include_hidden)?;
-        run_plan(state, stmt).await
+            .df_state(catalog.clone(), self.txn.clone(), include_hidden)?;
+        let Some(key) = crate::query_cache::key(&stmt, include_hidden) else {
+            return run_plan(state, stmt).await;
+        };
+        if let Some(kept) = self.engine.queries.get(&key, &catalog) {
+            let physical = crate::query_cache::rebind(kept.physical.clone(), &self.txn)?;
+            let batches = collect(physical, &state).await?;
+            return named_output(kept.schema.clone(), batches);
+        }
+        let planned = plan_query(&state, stmt).await?;
+        if planned.cacheable {
+            self.engine.queries.put(
+                key,
+                catalog,
+                planned.physical.clone(),
+                planned.schema.clone(),
+            );
+        }
+        let batches = collect(planned.physical, &state).await?;
+        named_output(planned.schema, batches)
     }
 
     /// Runs one non-transaction-control statement.
@@ -472,8 +500,23 @@ impl StatementContext {
 
 pub(crate) async fn run_plan(
     state: SessionState,
-    mut stmt: ast::Statement,
+    stmt: ast::Statement,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let planned = plan_query(&state, stmt).await?;
+    let batches = collect(planned.physical, &state).await?;
+    named_output(planned.schema, batches)
+}
+
+/// A query planned by DataFusion.
+struct Planned {
+    /// The output schema, with the names [`named_output`] restores.
+    schema: SchemaRef,
+    physical: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    /// Whether the plan may be kept ([`crate::query_cache::cacheable`]).
+    cacheable: bool,
+}
+
+async fn plan_query(state: &SessionState, mut stmt: ast::Statement) -> Result<Planned> {
     if let ast::Statement::Query(q) = &mut stmt {
         unique_output_names(&mut q.body);
     }
@@ -484,12 +527,25 @@ pub(crate) async fn run_plan(
         .await?;
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let optimized = state.optimize(&plan)?;
-    let optimized = crate::subquery::rewrite(optimized, &state)?;
+    let optimized = crate::subquery::rewrite(optimized, state)?;
     let physical = state
         .query_planner()
-        .create_physical_plan(&optimized, &state)
+        .create_physical_plan(&optimized, state)
         .await?;
-    let batches = collect(physical, &state).await?;
+    let cacheable = crate::query_cache::cacheable(&plan, &optimized, &physical);
+    Ok(Planned {
+        schema,
+        physical,
+        cacheable,
+    })
+}
+
+/// The batches with the output names the query asked for (see
+/// `unique_output_names`).
+fn named_output(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     match restore_output_names(&schema) {
         Some(named) => {
             // Each batch renamed by its own schema: its types may differ
