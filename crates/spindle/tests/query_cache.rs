@@ -155,3 +155,39 @@ fn reads_through_a_kept_plan_are_checked_at_commit() {
     let err = a.run("COMMIT").err().map(|e| e.sqlstate().to_string());
     assert_eq!(err.as_deref(), Some("40001"));
 }
+
+#[test]
+fn a_kept_index_scan_fetches_rows_of_each_run() {
+    let db = db();
+    db.execute("CREATE INDEX o_by_cid ON o (cid)", &[]).unwrap();
+    let q = "SELECT oid, amount FROM o WHERE cid = 1 ORDER BY oid";
+    let mut s = db.session();
+    let plan = rows(&mut s, &format!("EXPLAIN {q}"));
+    assert!(
+        format!("{plan:?}").contains("then base rows by key"),
+        "{plan:?}"
+    );
+    let pair = |a: i64, b: i64| vec![Value::Int64(a), Value::Int64(b)];
+    assert_eq!(rows(&mut s, q), vec![pair(10, 5), pair(11, 7)]);
+    let before = db.engine().cached_plan_count();
+    db.execute("UPDATE o SET amount = 70 WHERE oid = 11", &[])
+        .unwrap();
+    db.execute("INSERT INTO o VALUES (17, 1, 9)", &[]).unwrap();
+    assert_eq!(
+        rows(&mut s, q),
+        vec![pair(10, 5), pair(11, 70), pair(17, 9)]
+    );
+    s.run("BEGIN").unwrap();
+    s.execute("UPDATE o SET amount = 1 WHERE oid = 10", &[])
+        .unwrap();
+    assert_eq!(
+        rows(&mut s, q),
+        vec![pair(10, 1), pair(11, 70), pair(17, 9)]
+    );
+    s.run("ROLLBACK").unwrap();
+    assert_eq!(
+        rows(&mut s, q),
+        vec![pair(10, 5), pair(11, 70), pair(17, 9)]
+    );
+    assert_eq!(db.engine().cached_plan_count(), before + 3);
+}

@@ -828,16 +828,34 @@ impl ScanParts {
             });
             (snaps, reader, txn.manager().clone())
         };
-        let stream = Arc::new(ScanStream {
+        let stream = ScanStream {
             schema: self.schema.clone(),
             request: self.request.clone(),
-            snapshots,
+            snapshots: Some(snapshots),
             mgr,
             fetch: self.fetch.clone().zip(reader),
-        });
+        };
+        self.with_stream(stream)
+    }
+
+    /// The scan holding no snapshot or reader of any transaction (what a
+    /// kept plan holds: nothing of the transaction that planned it stays
+    /// alive with it); it must be bound before it runs.
+    fn unbound(self, mgr: Arc<TxnManager>) -> datafusion::error::Result<SpindleScanExec> {
+        let stream = ScanStream {
+            schema: self.schema.clone(),
+            request: self.request.clone(),
+            snapshots: None,
+            mgr,
+            fetch: None,
+        };
+        self.with_stream(stream)
+    }
+
+    fn with_stream(self, stream: ScanStream) -> datafusion::error::Result<SpindleScanExec> {
         let exec = StreamingTableExec::try_new(
             self.schema.clone(),
-            vec![stream],
+            vec![Arc::new(stream)],
             None,
             self.ordering.clone(),
             false,
@@ -873,6 +891,14 @@ impl SpindleScanExec {
     /// transaction, which records the ranges as its reads.
     pub(crate) fn rebind(&self, txn: &TxnHandle) -> datafusion::error::Result<SpindleScanExec> {
         self.parts.clone().bind(txn)
+    }
+
+    /// The same scan bound to no transaction (see `ScanParts::unbound`).
+    pub(crate) fn unbind(
+        &self,
+        mgr: Arc<TxnManager>,
+    ) -> datafusion::error::Result<SpindleScanExec> {
+        self.parts.clone().unbound(mgr)
     }
 }
 
@@ -936,7 +962,9 @@ impl ExecutionPlan for SpindleScanExec {
 struct ScanStream {
     schema: SchemaRef,
     request: ScanRequest,
-    snapshots: Vec<Snapshot>,
+    /// One per range; `None` in a plan kept unbound (`query_cache`), which
+    /// is re-bound to a transaction before it runs.
+    snapshots: Option<Vec<Snapshot>>,
     mgr: Arc<TxnManager>,
     /// For a non-covering index scan: the base-table request (its columns
     /// are the output) and the reader that fetches base rows by key. The
@@ -964,6 +992,11 @@ impl PartitionStream for ScanStream {
         let mgr = self.mgr.clone();
         let fetch = self.fetch.clone();
         builder.spawn_blocking(move || {
+            let Some(snapshots) = snapshots else {
+                return Err(DataFusionError::Internal(
+                    "a scan of a kept plan ran without being bound to a transaction".into(),
+                ));
+            };
             let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
             let output = fetch.as_ref().map(|(base, _)| base).unwrap_or(&request);
             let mut rows = RowDecoder::new(output).map_err(external)?;

@@ -32,6 +32,10 @@
 //!   constant-row leaf may be an aggregate the optimizer answered from such
 //!   a table's statistics (`count(*)` folded to a number). A query of
 //!   constants alone plans quickly anyway.
+//! * A kept plan holds nothing of the transaction that planned it: its
+//!   scans are kept unbound (no snapshot, so no copy of that transaction's
+//!   uncommitted writes; no index reader), and an unbound scan that ran
+//!   would fail rather than read nothing.
 //! * Every execution reads through its own transaction: a Spindle scan
 //!   node holds the snapshots it was bound to, and re-binding takes new
 //!   ones, which the transaction records as its reads (serializability
@@ -42,11 +46,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::sqlparser::ast;
 use spindle_catalog::Catalog;
+use spindle_txn::TxnManager;
 
 use crate::provider::{SpindleScanExec, TxnHandle};
 
@@ -86,14 +91,28 @@ impl QueryCache {
         Some(hit.clone())
     }
 
-    /// Keeps a plan (replacing one made from an older catalog).
+    /// Keeps a plan (replacing one made from an older catalog), its scans
+    /// unbound: the cache holds nothing of the planning transaction (its
+    /// uncommitted writes in a scan's snapshot, an index scan's reader).
     pub fn put(
         &self,
         key: (String, bool),
         catalog: Arc<Catalog>,
-        physical: Arc<dyn ExecutionPlan>,
+        physical: &Arc<dyn ExecutionPlan>,
         schema: SchemaRef,
+        mgr: &Arc<TxnManager>,
     ) {
+        let unbound = physical.clone().transform_up(|node| {
+            Ok(match node.downcast_ref::<SpindleScanExec>() {
+                Some(scan) => {
+                    Transformed::yes(Arc::new(scan.unbind(mgr.clone())?) as Arc<dyn ExecutionPlan>)
+                }
+                None => Transformed::no(node),
+            })
+        });
+        let Ok(Transformed { data: physical, .. }) = unbound else {
+            return; // not kept: planned again next time
+        };
         if let Ok(mut map) = self.plans.lock() {
             if map.len() >= ENTRIES {
                 map.clear();
@@ -167,7 +186,7 @@ pub(crate) fn rebind(
             Some(scan) => Arc::new(scan.rebind(txn)?),
             None => node.reset_state()?,
         };
-        Ok(datafusion::common::tree_node::Transformed::yes(fresh))
+        Ok(Transformed::yes(fresh))
     })
     .map(|t| t.data)
 }

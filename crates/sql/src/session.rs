@@ -359,8 +359,9 @@ impl StatementContext {
             self.engine.queries.put(
                 key,
                 catalog,
-                planned.physical.clone(),
+                &planned.physical,
                 planned.schema.clone(),
+                &self.engine.mgr,
             );
         }
         let batches = collect(planned.physical, &state).await?;
