@@ -15,6 +15,8 @@
 //! * [`bind`] — `$n` parameters.
 //! * [`session`] — transaction blocks, autocommit, dispatch.
 //! * [`ddl`], [`dml`] — schema changes and writes.
+//! * `query_cache` — DataFusion plans of queries kept by text, re-bound
+//!   to each transaction (a query sent again is not planned again).
 //! * [`provider`] — filters → key ranges → scans; [`info_schema`].
 //! * [`types`] — Spindle ↔ Arrow types and values; `checked` — INT64
 //!   `+ - *` that fail on overflow instead of wrapping.
