@@ -144,19 +144,17 @@ fn active() -> usize {
 }
 
 /// Before parking: watches `socket` for up to `micros` while the rule in
-/// the module docs allows. Returns whether data (or end of stream) arrived.
-pub(crate) fn spin(socket: &TcpStream, micros: u64) -> bool {
+/// the module docs allows (the runtime's `epoll_wait` then finds whatever
+/// came).
+pub(crate) fn spin(socket: &TcpStream, micros: u64) {
     let limit = limit();
     if active() > limit {
-        return false;
+        return;
     }
-    if SPINNERS.fetch_add(1, Ordering::AcqRel) >= limit {
-        SPINNERS.fetch_sub(1, Ordering::AcqRel);
-        return false;
+    if SPINNERS.fetch_add(1, Ordering::AcqRel) < limit {
+        watch(socket, Duration::from_micros(micros), || active() > limit);
     }
-    let arrived = watch(socket, Duration::from_micros(micros), || active() > limit);
     SPINNERS.fetch_sub(1, Ordering::AcqRel);
-    arrived
 }
 
 /// Peeks at `socket` until a byte (or end of stream, or an error) is
