@@ -18,6 +18,8 @@
 //! * `query_cache` — DataFusion plans of queries kept by text, re-bound
 //!   to each transaction (a query sent again is not planned again).
 //! * [`provider`] — filters → key ranges → scans; [`info_schema`].
+//! * `join_keys` — a hash join's build-side keys as the key ranges of
+//!   its probe-side scan (read by seeking).
 //! * [`types`] — Spindle ↔ Arrow types and values; `checked` — INT64
 //!   `+ - *` that fail on overflow instead of wrapping.
 //! * [`error`] — errors and the SQLSTATE mapping.
@@ -32,6 +34,7 @@ pub(crate) mod fastpath;
 pub mod hints;
 pub(crate) mod index;
 pub mod info_schema;
+pub(crate) mod join_keys;
 pub(crate) mod normalize;
 pub mod parser;
 pub mod pg_catalog;

@@ -86,7 +86,16 @@ use spindle_keys::{Direction, Value};
 use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager, TxnScan};
 
 use crate::index::IndexPlan;
+use crate::join_keys::{Place, PointCursor, Points};
 use crate::types::{array_value, table_schema, ColumnBuilder};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::TryStreamExt;
 
 /// Most key points an IN-list product may expand to before the scan falls
 /// back to a range over the common prefix.
@@ -524,7 +533,10 @@ fn self_catalog_prefix(
 }
 
 /// Converts a literal to a key value if its type is exactly the column's.
-fn literal_value(s: &ScalarValue, ty: &datafusion::arrow::datatypes::DataType) -> Option<Value> {
+pub(crate) fn literal_value(
+    s: &ScalarValue,
+    ty: &datafusion::arrow::datatypes::DataType,
+) -> Option<Value> {
     use datafusion::arrow::datatypes::DataType as A;
     let lit_ty = s.data_type();
     let same = lit_ty == *ty
@@ -778,6 +790,16 @@ impl TableProvider for SpindleTable {
         };
         let mut root = Vec::new();
         spindle_keys::key::encode_table_prefix(&mut root, self.chain[0].id);
+        // The output column of the scanned keys' leading column, which a
+        // join's keys may turn into points (not through an index fetch:
+        // its points would be index keys).
+        let lead_key = key_owner
+            .primary_key
+            .first()
+            .and_then(|k| self.table.column_index(&k.name))
+            .and_then(|ci| columns.iter().position(|c| *c == ci))
+            .filter(|_| fetch.is_none())
+            .map(|pos| (pos, schema.field(pos).data_type().clone()));
         let scan = ScanParts {
             schema,
             request,
@@ -786,6 +808,7 @@ impl TableProvider for SpindleTable {
             ordering,
             limit,
             describe,
+            lead_key,
         };
         Ok(Arc::new(scan.bind(&self.txn)?))
     }
@@ -805,6 +828,8 @@ struct ScanParts {
     ordering: Vec<LexOrdering>,
     limit: Option<usize>,
     describe: String,
+    /// The output position and type of the scanned keys' leading column.
+    lead_key: Option<(usize, datafusion::arrow::datatypes::DataType)>,
 }
 
 impl ScanParts {
@@ -853,9 +878,10 @@ impl ScanParts {
     }
 
     fn with_stream(self, stream: ScanStream) -> datafusion::error::Result<SpindleScanExec> {
+        let stream = Arc::new(stream);
         let exec = StreamingTableExec::try_new(
             self.schema.clone(),
-            vec![Arc::new(stream)],
+            vec![stream.clone() as Arc<dyn PartitionStream>],
             None,
             self.ordering.clone(),
             false,
@@ -863,7 +889,10 @@ impl ScanParts {
         )?;
         Ok(SpindleScanExec {
             inner: Arc::new(exec),
+            stream,
             parts: self,
+            join_keys: Vec::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 }
@@ -878,7 +907,16 @@ fn external(e: crate::Error) -> DataFusionError {
 #[derive(Debug)]
 pub struct SpindleScanExec {
     inner: Arc<StreamingTableExec>,
+    /// The one partition `inner` runs.
+    stream: Arc<ScanStream>,
     parts: ScanParts,
+    /// Dynamic filters of hash joins on the leading key column
+    /// ([`crate::join_keys`]); read when the scan starts. Not kept across
+    /// a re-bind: they belong to one execution of the plan's joins.
+    join_keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// `output_rows`, and `join_key_points` when join keys restricted the
+    /// scan (EXPLAIN ANALYZE shows them).
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl SpindleScanExec {
@@ -904,8 +942,46 @@ impl SpindleScanExec {
 
 impl DisplayAs for SpindleScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SpindleScan: {}", self.parts.describe)
+        write!(f, "SpindleScan: {}", self.parts.describe)?;
+        if let (Some((pos, _)), false) = (&self.parts.lead_key, self.join_keys.is_empty()) {
+            let name = self.parts.schema.field(*pos).name();
+            write!(f, " join keys={name}")?;
+        }
+        Ok(())
     }
+}
+
+/// The key ranges of the values the join filters name for the scanned
+/// keys' leading column (output position and type `lead`), or `None` when
+/// they do not name them (then the scan reads its whole ranges).
+fn join_points(
+    chain: &[Table],
+    lead: Option<&(usize, datafusion::arrow::datatypes::DataType)>,
+    filters: &[Arc<dyn PhysicalExpr>],
+) -> crate::Result<Option<Arc<Points>>> {
+    let Some((pos, ty)) = lead else {
+        return Ok(None);
+    };
+    let mut values: Option<Vec<ScalarValue>> = None;
+    for f in filters {
+        if let Some(v) = crate::join_keys::key_values(f, *pos) {
+            if values.as_ref().is_none_or(|cur| v.len() < cur.len()) {
+                values = Some(v);
+            }
+        }
+    }
+    let Some(values) = values.filter(|v| v.len() <= crate::join_keys::MAX_POINTS) else {
+        return Ok(None);
+    };
+    let chain: Vec<&Table> = chain.iter().collect();
+    let mut prefixes = Vec::with_capacity(values.len());
+    for v in &values {
+        let Some(v) = crate::join_keys::key_value(v, ty) else {
+            return Ok(None);
+        };
+        prefixes.push(self_catalog_prefix(&chain, std::slice::from_ref(&v), true)?);
+    }
+    Ok(Some(Arc::new(Points::from_prefixes(prefixes))))
 }
 
 impl ExecutionPlan for SpindleScanExec {
@@ -927,13 +1003,61 @@ impl ExecutionPlan for SpindleScanExec {
 
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> datafusion::error::Result<
-            datafusion::common::tree_node::TreeNodeRecursion,
-        >,
-    ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> datafusion::error::Result<TreeNodeRecursion>,
+    ) -> datafusion::error::Result<TreeNodeRecursion> {
+        // The join filters it holds: a hash join computes its filter only
+        // when a node below it shows one (`plan_contains_expression_id`).
+        for e in &self.join_keys {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    /// Keeps the hash joins' dynamic filters on the leading key column
+    /// (after the physical optimizer, when they exist). Every filter is
+    /// reported as not applied: the scan only uses them to skip keys.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &datafusion::common::config::ConfigOptions,
+    ) -> datafusion::error::Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let filters: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result
+            .parent_filters
+            .into_iter()
+            .map(|f| f.filter)
+            .collect();
+        let verdicts = vec![PushedDown::No; filters.len()];
+        let keys: Vec<Arc<dyn PhysicalExpr>> = match &self.parts.lead_key {
+            Some((pos, _)) if phase == FilterPushdownPhase::Post && self.parts.limit.is_none() => {
+                filters
+                    .into_iter()
+                    .filter(|f| crate::join_keys::is_dynamic_on(f, *pos))
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        if keys.is_empty() {
+            return Ok(FilterPushdownPropagation {
+                filters: verdicts,
+                updated_node: None,
+            });
+        }
+        let mut join_keys = self.join_keys.clone();
+        join_keys.extend(keys);
+        let node = SpindleScanExec {
+            inner: self.inner.clone(),
+            stream: self.stream.clone(),
+            parts: self.parts.clone(),
+            join_keys,
+            metrics: ExecutionPlanMetricsSet::new(),
+        };
+        Ok(FilterPushdownPropagation {
+            filters: verdicts,
+            updated_node: Some(Arc::new(node)),
+        })
     }
 
     fn with_new_children(
@@ -954,7 +1078,48 @@ impl ExecutionPlan for SpindleScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> datafusion::error::Result<SendableRecordBatchStream> {
-        self.inner.execute(partition, context)
+        let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let counted = move |b: &RecordBatch| output_rows.add(b.num_rows());
+        if self.join_keys.is_empty() || partition != 0 {
+            let inner = self.inner.execute(partition, context)?;
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(
+                self.parts.schema.clone(),
+                inner.inspect_ok(counted),
+            )));
+        }
+        // With join filters the scan starts at its first poll, not now: a
+        // hash join polls its probe side only once its build side is in
+        // and its filter published.
+        let stream = self.stream.clone();
+        let filters = self.join_keys.clone();
+        let lead = self.parts.lead_key.clone();
+        let points_metric = MetricBuilder::new(&self.metrics).counter("join_key_points", partition);
+        let stats = context
+            .session_config()
+            .get_extension::<crate::join_keys::ScanStats>();
+        let lazy = futures::stream::once(async move {
+            let points =
+                join_points(&stream.request.chain, lead.as_ref(), &filters).map_err(external)?;
+            if let Some(p) = &points {
+                points_metric.add(p.ranges.len());
+                if let Some(stats) = stats {
+                    stats
+                        .join_key_scans
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            Ok::<_, DataFusionError>(stream.start(points))
+        })
+        .try_flatten()
+        .inspect_ok(counted);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.parts.schema.clone(),
+            lazy,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 
@@ -984,6 +1149,14 @@ impl PartitionStream for ScanStream {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        self.start(None)
+    }
+}
+
+impl ScanStream {
+    /// Starts the scan's thread; with `points`, only keys in those ranges
+    /// are read (see [`crate::join_keys`]).
+    fn start(&self, points: Option<Arc<Points>>) -> SendableRecordBatchStream {
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 2);
         let tx = builder.tx();
         let schema = self.schema.clone();
@@ -1020,7 +1193,7 @@ impl PartitionStream for ScanStream {
             let mut first_sent = false;
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
-                let mut reader = RowReader::default();
+                let mut reader = RowReader::with_points(points.clone());
                 loop {
                     let mut more = true;
                     let pushed = match &fetch {
@@ -1031,7 +1204,7 @@ impl PartitionStream for ScanStream {
                                 Step::Entry(pushed) => {
                                     if reader.want_key && pushed {
                                         if let Some(rest) = iter.split_off(&reader.key) {
-                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone()));
+                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone(), points.clone()));
                                         }
                                     }
                                     more = reader.jump(&mut iter);
@@ -1096,7 +1269,8 @@ impl PartitionStream for ScanStream {
                 Some(Tail::Inline(inline)) => {
                     let (mut iter, request) = *inline;
                     let mut rows = RowDecoder::new(&request).map_err(external)?;
-                    read_rows(&mut iter, &mut rows, &schema, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
+                    let mut reader = RowReader::with_points(points);
+                    read_rows(&mut iter, &mut reader, &mut rows, &schema, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
                 }
             }
             Ok(())
@@ -1117,7 +1291,13 @@ enum Tail {
 }
 
 impl Tail {
-    fn start(iter: TxnScan, request: ScanRequest, mgr: Arc<TxnManager>, schema: SchemaRef) -> Tail {
+    fn start(
+        iter: TxnScan,
+        request: ScanRequest,
+        mgr: Arc<TxnManager>,
+        schema: SchemaRef,
+        points: Option<Arc<Points>>,
+    ) -> Tail {
         let (tx, rx) = std::sync::mpsc::sync_channel(HELPER_BATCHES);
         // The helper takes the scan from here; if no thread can be
         // started, the scan's own thread takes it back.
@@ -1135,7 +1315,8 @@ impl Tail {
                     RowDecoder::new(&helper_request)
                         .map_err(external)
                         .and_then(|mut rows| {
-                            read_rows(&mut iter, &mut rows, &schema, &mut |b| {
+                            let mut reader = RowReader::with_points(points);
+                            read_rows(&mut iter, &mut reader, &mut rows, &schema, &mut |b| {
                                 tx.send(Ok(b)).is_ok()
                             })
                         });
@@ -1161,11 +1342,11 @@ impl Tail {
 /// batches handed to `emit`, which returns false to stop.
 fn read_rows(
     iter: &mut TxnScan,
+    reader: &mut RowReader,
     rows: &mut RowDecoder,
     schema: &SchemaRef,
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> datafusion::error::Result<()> {
-    let mut reader = RowReader::default();
     while let Step::Entry(_) = reader.step(iter, rows).map_err(external)? {
         let more = reader.jump(iter);
         if rows.len() >= BATCH_ROWS && !emit(rows.finish(schema)?) {
@@ -1207,12 +1388,36 @@ struct RowReader {
     /// When set, `step` copies the key of the row it produces into `key`.
     want_key: bool,
     key: Vec<u8>,
+    /// The only key ranges to read (a join's keys), when known.
+    points: Option<PointCursor>,
 }
 
 impl RowReader {
+    fn with_points(points: Option<Arc<Points>>) -> RowReader {
+        RowReader {
+            points: points.map(PointCursor::new),
+            ..RowReader::default()
+        }
+    }
+
     /// Reads one entry, decoding it straight from the store's pages.
     fn step(&mut self, iter: &mut TxnScan, rows: &mut RowDecoder) -> crate::Result<Step> {
         let step = iter.next_with(|key, value| {
+            if let Some(points) = self.points.as_mut() {
+                // A key outside every point is not decoded: the scan
+                // seeks to the next point (or stops after the last).
+                match points.place(key) {
+                    Place::Inside => {}
+                    Place::Before(start) => {
+                        self.pending_jump = Some(Some(start.to_vec()));
+                        return Ok(false);
+                    }
+                    Place::Past => {
+                        self.pending_jump = Some(None);
+                        return Ok(false);
+                    }
+                }
+            }
             let pushed = rows.push(key, value)?;
             if pushed && self.want_key {
                 self.key.clear();

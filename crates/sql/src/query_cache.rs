@@ -13,6 +13,7 @@
 //!                                                  ▼
 //!      every SpindleScanExec: new snapshots of the same ranges in this transaction
 //!      every other node: ExecutionPlan::reset_state (hash tables, dynamic filters, …)
+//!      then the joins' dynamic filters made anew (post-optimization filter pushdown)
 //!                                                  ▼
 //!                                               execute
 //! ```
@@ -46,8 +47,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::sqlparser::ast;
 use spindle_catalog::Catalog;
@@ -176,17 +180,27 @@ fn calls_non_immutable(plan: &LogicalPlan) -> bool {
 }
 
 /// `plan` ready to run again in `txn`: scans bound to it, every other
-/// node's execution state reset.
+/// node's execution state reset, and the dynamic filters of its joins
+/// made anew.
+///
+/// Resetting a hash join drops its dynamic filter, and a re-bound scan
+/// holds none (the old one was completed with the last run's build keys,
+/// which must not restrict this run's scan); the physical optimizer's
+/// post-optimization filter pushdown, run again, gives each join a new
+/// filter and pushes it to its scans, as when the plan was made.
 pub(crate) fn rebind(
     plan: Arc<dyn ExecutionPlan>,
     txn: &TxnHandle,
+    options: &ConfigOptions,
 ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-    plan.transform_up(|node| {
-        let fresh: Arc<dyn ExecutionPlan> = match node.downcast_ref::<SpindleScanExec>() {
-            Some(scan) => Arc::new(scan.rebind(txn)?),
-            None => node.reset_state()?,
-        };
-        Ok(Transformed::yes(fresh))
-    })
-    .map(|t| t.data)
+    let fresh = plan
+        .transform_up(|node| {
+            let fresh: Arc<dyn ExecutionPlan> = match node.downcast_ref::<SpindleScanExec>() {
+                Some(scan) => Arc::new(scan.rebind(txn)?),
+                None => node.reset_state()?,
+            };
+            Ok(Transformed::yes(fresh))
+        })
+        .map(|t| t.data)?;
+    FilterPushdown::new_post_optimization().optimize(fresh, options)
 }

@@ -86,6 +86,8 @@ pub struct Engine {
     /// The multi-threaded runtime DataFusion plans run on when a session
     /// is driven from a single-threaded one ([`Engine::set_executor`]).
     executor: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// Scan counters, shared with every statement's DataFusion config.
+    scan_stats: Arc<crate::join_keys::ScanStats>,
 }
 
 /// [`Engine::set_executor`]'s runtime, carried in a statement's DataFusion
@@ -112,6 +114,16 @@ impl Engine {
             .with_information_schema(false)
             .with_target_partitions(2)
             .with_batch_size(8192);
+        // A hash join's build keys reach a probe-side scan on its leading
+        // key column as an IN list (then read by seeking, see
+        // `join_keys`) up to this many per partition; beyond, DataFusion
+        // passes a hash-table lookup, which names no keys.
+        let mut config = config;
+        let optimizer = &mut config.options_mut().optimizer;
+        optimizer.hash_join_inlist_pushdown_max_distinct_values = 8192;
+        optimizer.hash_join_inlist_pushdown_max_size = 1 << 20;
+        let scan_stats = Arc::new(crate::join_keys::ScanStats::default());
+        let config = config.with_extension(scan_stats.clone());
         let mut base = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
@@ -129,6 +141,7 @@ impl Engine {
             fast_path: Default::default(),
             queries: Default::default(),
             executor: Default::default(),
+            scan_stats,
         }))
     }
 
@@ -155,6 +168,14 @@ impl Engine {
     /// again ([`crate::query_cache`]) since the database opened.
     pub fn cached_plan_count(&self) -> u64 {
         self.queries.hits()
+    }
+
+    /// How many scans read only the keys of a hash join's build side
+    /// ([`crate::join_keys`]) since the database opened.
+    pub fn join_key_scan_count(&self) -> u64 {
+        self.scan_stats
+            .join_key_scans
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn count_fast_path(&self) {
@@ -350,7 +371,11 @@ impl StatementContext {
             return run_plan(state, stmt).await;
         };
         if let Some(kept) = self.engine.queries.get(&key, &catalog) {
-            let physical = crate::query_cache::rebind(kept.physical.clone(), &self.txn)?;
+            let physical = crate::query_cache::rebind(
+                kept.physical.clone(),
+                &self.txn,
+                state.config_options(),
+            )?;
             let batches = collect(physical, &state).await?;
             return named_output(kept.schema.clone(), batches);
         }

@@ -1,0 +1,343 @@
+//! Join keys as scan ranges: a hash join's build-side keys read by seeking.
+//!
+//! Once a DataFusion hash join has collected its build side, it publishes a
+//! *dynamic filter* on its probe side's join keys
+//! (`DynamicFilterPhysicalExpr`): a probe row that fails it cannot join.
+//! With a small build side the filter holds the build keys as an IN list
+//! (per hash partition: `CASE hash(k) % n WHEN 0 THEN k IN (…) …`). When
+//! the probe side is a Spindle scan whose leading key column is the join
+//! key, those keys are key prefixes: the scan reads each one's rows and
+//! seeks over everything between them, instead of reading and decoding
+//! the whole table for the join to throw almost all of it away. It is the
+//! lookup join of a database with a key-ordered store:
+//!
+//! ```text
+//!   HashJoin  o_orderkey = l_orderkey
+//!     build: orders, filtered ─────▶ filter: l_orderkey IN (7, 12, 40, …)
+//!     probe: SpindleScan lineitem (key: l_orderkey, l_linenumber)
+//!              at its first poll: points 7, 12, 40, …
+//!              reads [key(7), end(7)) ─seek─ [key(12), end(12)) ─seek─ …
+//! ```
+//!
+//! Invariants:
+//! * A dynamic filter only ever narrows: every row it rejects, at any
+//!   moment, is a row its producer does not need (DataFusion's contract
+//!   for dynamic filters, which the join re-checks anyway). So the points
+//!   read from its expression when the scan starts may be used for the
+//!   whole scan, and the scan tells DataFusion it does not apply the filter
+//!   (the result never depends on it).
+//! * [`key_values`] returns `None` (read everything) for any expression it
+//!   does not understand; a set of values it returns contains every value
+//!   of the column that the expression can accept.
+//! * Points are sorted by their encoded key prefix (descending key columns
+//!   included) and disjoint; [`PointCursor`] only moves forward, as a scan
+//!   does.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::expressions::{
+    BinaryExpr, CaseExpr, Column, DynamicFilterPhysicalExpr, InListExpr, Literal,
+};
+use datafusion::physical_expr::PhysicalExpr;
+use spindle_keys::Value;
+
+/// Counters of an engine's scans (a DataFusion session-config extension,
+/// so that a scan finds them in its task context).
+#[derive(Debug, Default)]
+pub(crate) struct ScanStats {
+    /// Scans restricted to a join's keys.
+    pub join_key_scans: std::sync::atomic::AtomicU64,
+}
+
+/// Most values a scan turns into points; a larger set reads everything.
+pub(crate) const MAX_POINTS: usize = 65_536;
+
+/// Whether `expr` is a dynamic filter that refers to output column
+/// `column` (so that it may restrict that column's values).
+pub(crate) fn is_dynamic_on(expr: &Arc<dyn PhysicalExpr>, column: usize) -> bool {
+    expr.downcast_ref::<DynamicFilterPhysicalExpr>()
+        .is_some_and(|d| {
+            d.children().iter().any(|c| {
+                c.downcast_ref::<Column>()
+                    .is_some_and(|c| c.index() == column)
+            })
+        })
+}
+
+/// The values of output column `column` that `expr` can accept, when it
+/// names them: `Some(values)` (possibly empty: nothing passes) or `None`
+/// when any value may pass.
+pub(crate) fn key_values(expr: &Arc<dyn PhysicalExpr>, column: usize) -> Option<Vec<ScalarValue>> {
+    let is_col = |e: &Arc<dyn PhysicalExpr>| {
+        e.downcast_ref::<Column>()
+            .is_some_and(|c| c.index() == column)
+    };
+    if let Some(d) = expr.downcast_ref::<DynamicFilterPhysicalExpr>() {
+        return key_values(&d.current().ok()?, column);
+    }
+    if let Some(l) = expr.downcast_ref::<Literal>() {
+        return match l.value() {
+            ScalarValue::Boolean(Some(true)) => None,
+            // false or NULL: no row passes.
+            ScalarValue::Boolean(_) => Some(Vec::new()),
+            _ => None,
+        };
+    }
+    if let Some(list) = expr.downcast_ref::<InListExpr>() {
+        if list.negated() || !is_col(list.expr()) {
+            return None;
+        }
+        let mut values = Vec::with_capacity(list.len());
+        for e in list.list() {
+            let v = e.downcast_ref::<Literal>()?.value();
+            // `k IN (…, NULL)` is never true because of the NULL.
+            if !v.is_null() {
+                values.push(v.clone());
+            }
+        }
+        return Some(values);
+    }
+    if let Some(b) = expr.downcast_ref::<BinaryExpr>() {
+        return match b.op() {
+            Operator::And => match (key_values(b.left(), column), key_values(b.right(), column)) {
+                // Either side's set holds every value the conjunction accepts.
+                (Some(l), Some(r)) => Some(if l.len() <= r.len() { l } else { r }),
+                (Some(s), None) | (None, Some(s)) => Some(s),
+                (None, None) => None,
+            },
+            Operator::Or => {
+                let mut l = key_values(b.left(), column)?;
+                l.extend(key_values(b.right(), column)?);
+                Some(l)
+            }
+            Operator::Eq => {
+                let lit = if is_col(b.left()) {
+                    b.right().downcast_ref::<Literal>()
+                } else if is_col(b.right()) {
+                    b.left().downcast_ref::<Literal>()
+                } else {
+                    None
+                }?;
+                let v = lit.value();
+                Some(if v.is_null() {
+                    Vec::new()
+                } else {
+                    vec![v.clone()]
+                })
+            }
+            _ => None,
+        };
+    }
+    if let Some(case) = expr.downcast_ref::<CaseExpr>() {
+        // Whatever the routing, a row passes only through one branch.
+        let mut all = Vec::new();
+        for (_, then) in case.when_then_expr() {
+            all.extend(key_values(then, column)?);
+        }
+        if let Some(e) = case.else_expr() {
+            all.extend(key_values(e, column)?);
+        }
+        return Some(all);
+    }
+    None
+}
+
+/// A filter value as the key value of a column of Arrow type `ty`, or
+/// `None` if it is not exactly of that type (then it cannot be encoded as
+/// the column's key, and the scan reads everything).
+pub(crate) fn key_value(s: &ScalarValue, ty: &DataType) -> Option<Value> {
+    match (s, ty) {
+        (ScalarValue::Int64(Some(v)), DataType::Int64) => Some(Value::Int64(*v)),
+        (
+            ScalarValue::Utf8(Some(v))
+            | ScalarValue::Utf8View(Some(v))
+            | ScalarValue::LargeUtf8(Some(v)),
+            DataType::Utf8,
+        ) => Some(Value::String(v.clone())),
+        (ScalarValue::Date32(Some(v)), DataType::Date32) => Some(Value::Date(*v)),
+        _ => crate::provider::literal_value(s, ty),
+    }
+}
+
+/// Sorted, disjoint key ranges `[start, end)` a scan is restricted to
+/// (`end = None`: to the end of the key space).
+#[derive(Debug, Default)]
+pub(crate) struct Points {
+    pub ranges: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl Points {
+    /// From key prefixes in any order: sorted, duplicates dropped. Prefixes
+    /// of one key column's values never contain one another (values are
+    /// self-delimiting), so the ranges are disjoint.
+    pub(crate) fn from_prefixes(mut prefixes: Vec<Vec<u8>>) -> Points {
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        Points {
+            ranges: prefixes
+                .into_iter()
+                .map(|p| {
+                    let end = spindle_keys::key::prefix_end(&p);
+                    (p, end)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Where a key lies against the points.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Place<'a> {
+    /// In a point's range: read it.
+    Inside,
+    /// Before the next point's range, which starts at this key: seek there.
+    Before(&'a [u8]),
+    /// After the last point: the scan is done.
+    Past,
+}
+
+/// A forward-only position in [`Points`].
+#[derive(Debug)]
+pub(crate) struct PointCursor {
+    points: Arc<Points>,
+    /// Every range before `next` ends at or before a key already placed.
+    next: usize,
+}
+
+impl PointCursor {
+    pub(crate) fn new(points: Arc<Points>) -> PointCursor {
+        PointCursor { points, next: 0 }
+    }
+
+    /// Places `key`, which must not be below a key placed before.
+    pub(crate) fn place(&mut self, key: &[u8]) -> Place<'_> {
+        let ranges = &self.points.ranges;
+        let ends_by = |r: &(Vec<u8>, Option<Vec<u8>>)| r.1.as_deref().is_some_and(|e| e <= key);
+        if ranges.get(self.next).is_some_and(ends_by) {
+            self.next += ranges[self.next..].partition_point(ends_by);
+        }
+        match ranges.get(self.next) {
+            None => Place::Past,
+            Some((start, _)) if key < start.as_slice() => Place::Before(start),
+            Some(_) => Place::Inside,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::physical_expr::expressions::{col, in_list, lit};
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Int64, false),
+        ])
+    }
+
+    fn ints(v: &[i64]) -> Vec<Arc<dyn PhysicalExpr>> {
+        v.iter().map(|i| lit(*i)).collect()
+    }
+
+    fn values(v: Option<Vec<ScalarValue>>) -> Option<Vec<i64>> {
+        v.map(|v| {
+            v.into_iter()
+                .map(|s| match s {
+                    ScalarValue::Int64(Some(i)) => i,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn in_lists_on_the_column_name_their_values() {
+        let s = schema();
+        let a = col("a", &s).unwrap();
+        let b = col("b", &s).unwrap();
+        let on_a = in_list(a.clone(), ints(&[3, 1]), &false, &s).unwrap();
+        assert_eq!(values(key_values(&on_a, 0)), Some(vec![3, 1]));
+        // Another column, or NOT IN: any value of `a` may pass.
+        let on_b = in_list(b.clone(), ints(&[3]), &false, &s).unwrap();
+        assert_eq!(values(key_values(&on_b, 0)), None);
+        let not_in = in_list(a.clone(), ints(&[3]), &true, &s).unwrap();
+        assert_eq!(values(key_values(&not_in, 0)), None);
+        // AND keeps a side that names values; OR needs both.
+        let and: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(on_b.clone(), Operator::And, on_a.clone()));
+        assert_eq!(values(key_values(&and, 0)), Some(vec![3, 1]));
+        let or: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(on_b, Operator::Or, on_a.clone()));
+        assert_eq!(values(key_values(&or, 0)), None);
+        let eq: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(lit(9i64), Operator::Eq, a.clone()));
+        let or: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(eq, Operator::Or, on_a.clone()));
+        assert_eq!(values(key_values(&or, 0)), Some(vec![9, 3, 1]));
+        assert_eq!(values(key_values(&lit(false), 0)), Some(vec![]));
+        assert_eq!(values(key_values(&lit(true), 0)), None);
+    }
+
+    #[test]
+    fn a_partitioned_filter_is_the_union_of_its_branches() {
+        let s = schema();
+        let a = col("a", &s).unwrap();
+        let route: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(a.clone(), Operator::Modulo, lit(2i64)));
+        let p0 = in_list(a.clone(), ints(&[2, 4]), &false, &s).unwrap();
+        let p1 = in_list(a.clone(), ints(&[5]), &false, &s).unwrap();
+        let case = |otherwise: Arc<dyn PhysicalExpr>| -> Arc<dyn PhysicalExpr> {
+            Arc::new(
+                CaseExpr::try_new(
+                    Some(route.clone()),
+                    vec![(lit(0i64), p0.clone()), (lit(1i64), p1.clone())],
+                    Some(otherwise),
+                )
+                .unwrap(),
+            )
+        };
+        assert_eq!(
+            values(key_values(&case(lit(false)), 0)),
+            Some(vec![2, 4, 5])
+        );
+        // A branch that lets anything through (a partition whose build side
+        // is unknown) lets anything through.
+        assert_eq!(values(key_values(&case(lit(true)), 0)), None);
+        // Wrapped in a dynamic filter, as the join publishes it.
+        let dynamic: Arc<dyn PhysicalExpr> =
+            Arc::new(DynamicFilterPhysicalExpr::new(vec![a.clone()], lit(true)));
+        assert!(is_dynamic_on(&dynamic, 0));
+        assert!(!is_dynamic_on(&dynamic, 1));
+        assert_eq!(values(key_values(&dynamic, 0)), None);
+        dynamic
+            .downcast_ref::<DynamicFilterPhysicalExpr>()
+            .unwrap()
+            .update(case(lit(false)))
+            .unwrap();
+        assert_eq!(values(key_values(&dynamic, 0)), Some(vec![2, 4, 5]));
+    }
+
+    #[test]
+    fn the_cursor_walks_points_forward() {
+        let points = Arc::new(Points::from_prefixes(vec![
+            b"c".to_vec(),
+            b"a".to_vec(),
+            b"c".to_vec(),
+            b"e\xff".to_vec(),
+        ]));
+        assert_eq!(points.ranges.len(), 3);
+        let mut c = PointCursor::new(points);
+        assert_eq!(c.place(b"0"), Place::Before(b"a"));
+        assert_eq!(c.place(b"a"), Place::Inside);
+        assert_eq!(c.place(b"a\x01"), Place::Inside);
+        assert_eq!(c.place(b"b"), Place::Before(b"c"));
+        assert_eq!(c.place(b"c9"), Place::Inside);
+        assert_eq!(c.place(b"d"), Place::Before(b"e\xff"));
+        assert_eq!(c.place(b"e\xff\xff"), Place::Inside);
+        // `e\xff`'s range runs to the end of the key space.
+        assert_eq!(c.place(b"f"), Place::Past);
+    }
+}
