@@ -1118,6 +1118,25 @@ impl ExecutionPlan for SpindleScanExec {
         )))
     }
 
+    /// The same scan without its join filters: a reset hash join drops
+    /// its filter and makes a new one only if filter pushdown runs again
+    /// (`query_cache::rebind` runs it; DataFusion's recursive queries reset
+    /// their recursive term before each run and do not), so a filter kept
+    /// here would be the last run's, never updated: its keys would
+    /// restrict this run's scan.
+    fn reset_state(self: Arc<Self>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        if self.join_keys.is_empty() {
+            return Ok(self);
+        }
+        Ok(Arc::new(SpindleScanExec {
+            inner: self.inner.clone(),
+            stream: self.stream.clone(),
+            parts: self.parts.clone(),
+            join_keys: Vec::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
     }
