@@ -6,6 +6,9 @@
 //! plan run again after its build side changed — and the scan must read
 //! only the matching rows.
 
+mod common;
+
+use common::rows;
 use spindle::{Database, Session, Value};
 
 const ORDERS: i64 = 1000;
@@ -59,16 +62,6 @@ fn seg_of(o: i64) -> &'static str {
     } else {
         ["a", "c", "d"][(o % 3) as usize]
     }
-}
-
-fn rows(s: &mut Session, sql: &str) -> Vec<Vec<Value>> {
-    s.query(sql, &[])
-        .unwrap()
-        .rows()
-        .unwrap()
-        .iter()
-        .map(|r| r.values().to_vec())
-        .collect()
 }
 
 fn text(s: &mut Session, sql: &str) -> String {

@@ -5,7 +5,10 @@
 //! plan that depends on more than its text and catalog must not be kept,
 //! and reads through a kept plan must count for serializability.
 
-use spindle::{Database, Session, Value};
+mod common;
+
+use common::rows;
+use spindle::{Database, Value};
 
 fn db() -> Database {
     let db = Database::open_in_memory().unwrap();
@@ -33,16 +36,6 @@ fn db() -> Database {
 /// plan must reset.
 const JOIN: &str = "SELECT c.seg, sum(o.amount) AS total, count(*) AS n \
     FROM c JOIN o ON c.id = o.cid GROUP BY c.seg ORDER BY c.seg";
-
-fn rows(s: &mut Session, sql: &str) -> Vec<Vec<Value>> {
-    s.query(sql, &[])
-        .unwrap()
-        .rows()
-        .unwrap()
-        .iter()
-        .map(|r| r.values().to_vec())
-        .collect()
-}
 
 fn seg(name: &str, total: i64, n: i64) -> Vec<Value> {
     vec![
