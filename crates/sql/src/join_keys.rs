@@ -35,14 +35,14 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::{
     BinaryExpr, CaseExpr, Column, DynamicFilterPhysicalExpr, InListExpr, Literal,
 };
 use datafusion::physical_expr::PhysicalExpr;
-use spindle_keys::Value;
+
+use crate::provider::KeyRange;
 
 /// Counters of an engine's scans (a DataFusion session-config extension,
 /// so that a scan finds them in its task context).
@@ -145,28 +145,10 @@ pub(crate) fn key_values(expr: &Arc<dyn PhysicalExpr>, column: usize) -> Option<
     None
 }
 
-/// A filter value as the key value of a column of Arrow type `ty`, or
-/// `None` if it is not exactly of that type (then it cannot be encoded as
-/// the column's key, and the scan reads everything).
-pub(crate) fn key_value(s: &ScalarValue, ty: &DataType) -> Option<Value> {
-    match (s, ty) {
-        (ScalarValue::Int64(Some(v)), DataType::Int64) => Some(Value::Int64(*v)),
-        (
-            ScalarValue::Utf8(Some(v))
-            | ScalarValue::Utf8View(Some(v))
-            | ScalarValue::LargeUtf8(Some(v)),
-            DataType::Utf8,
-        ) => Some(Value::String(v.clone())),
-        (ScalarValue::Date32(Some(v)), DataType::Date32) => Some(Value::Date(*v)),
-        _ => crate::provider::literal_value(s, ty),
-    }
-}
-
-/// Sorted, disjoint key ranges `[start, end)` a scan is restricted to
-/// (`end = None`: to the end of the key space).
+/// Sorted, disjoint key ranges a scan is restricted to.
 #[derive(Debug, Default)]
 pub(crate) struct Points {
-    pub ranges: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub ranges: Vec<KeyRange>,
 }
 
 impl Points {
@@ -179,9 +161,9 @@ impl Points {
         Points {
             ranges: prefixes
                 .into_iter()
-                .map(|p| {
-                    let end = spindle_keys::key::prefix_end(&p);
-                    (p, end)
+                .map(|p| KeyRange {
+                    end: spindle_keys::key::prefix_end(&p),
+                    start: p,
                 })
                 .collect(),
         }
@@ -215,13 +197,13 @@ impl PointCursor {
     /// Places `key`, which must not be below a key placed before.
     pub(crate) fn place(&mut self, key: &[u8]) -> Place<'_> {
         let ranges = &self.points.ranges;
-        let ends_by = |r: &(Vec<u8>, Option<Vec<u8>>)| r.1.as_deref().is_some_and(|e| e <= key);
+        let ends_by = |r: &KeyRange| r.end.as_deref().is_some_and(|e| e <= key);
         if ranges.get(self.next).is_some_and(ends_by) {
             self.next += ranges[self.next..].partition_point(ends_by);
         }
         match ranges.get(self.next) {
             None => Place::Past,
-            Some((start, _)) if key < start.as_slice() => Place::Before(start),
+            Some(r) if key < r.start.as_slice() => Place::Before(&r.start),
             Some(_) => Place::Inside,
         }
     }
@@ -230,7 +212,7 @@ impl PointCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_expr::expressions::{col, in_list, lit};
 
     fn schema() -> Schema {

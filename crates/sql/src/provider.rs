@@ -538,6 +538,19 @@ pub(crate) fn literal_value(
     ty: &datafusion::arrow::datatypes::DataType,
 ) -> Option<Value> {
     use datafusion::arrow::datatypes::DataType as A;
+    // The common key types directly (a join's keys convert thousands of
+    // values per scan), the rest through a one-element array.
+    match (s, ty) {
+        (ScalarValue::Int64(Some(v)), A::Int64) => return Some(Value::Int64(*v)),
+        (
+            ScalarValue::Utf8(Some(v))
+            | ScalarValue::Utf8View(Some(v))
+            | ScalarValue::LargeUtf8(Some(v)),
+            A::Utf8,
+        ) => return Some(Value::String(v.clone())),
+        (ScalarValue::Date32(Some(v)), A::Date32) => return Some(Value::Date(*v)),
+        _ => {}
+    }
     let lit_ty = s.data_type();
     let same = lit_ty == *ty
         || (matches!(ty, A::Utf8) && matches!(lit_ty, A::Utf8View | A::LargeUtf8))
@@ -976,7 +989,7 @@ fn join_points(
     let chain: Vec<&Table> = chain.iter().collect();
     let mut prefixes = Vec::with_capacity(values.len());
     for v in &values {
-        let Some(v) = crate::join_keys::key_value(v, ty) else {
+        let Some(v) = literal_value(v, ty) else {
             return Ok(None);
         };
         prefixes.push(self_catalog_prefix(&chain, std::slice::from_ref(&v), true)?);

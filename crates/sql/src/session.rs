@@ -109,7 +109,7 @@ impl Engine {
         }
         .map_err(spindle_txn::Error::from)?;
         let mgr = TxnManager::new(store)?;
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_default_catalog_and_schema("spindle", "public")
             .with_information_schema(false)
             .with_target_partitions(2)
@@ -118,7 +118,6 @@ impl Engine {
         // key column as an IN list (then read by seeking, see
         // `join_keys`) up to this many per partition; beyond, DataFusion
         // passes a hash-table lookup, which names no keys.
-        let mut config = config;
         let optimizer = &mut config.options_mut().optimizer;
         optimizer.hash_join_inlist_pushdown_max_distinct_values = 8192;
         optimizer.hash_join_inlist_pushdown_max_size = 1 << 20;
