@@ -99,6 +99,17 @@ struct Executor(tokio::runtime::Handle);
 const PARSE_CACHE_ENTRIES: usize = 1024;
 /// Longest SQL text worth keeping parsed (bulk INSERTs are sent once).
 const PARSE_CACHE_MAX_SQL: usize = 4096;
+/// DataFusion's partitions per plan: one. A Spindle scan reads in parallel
+/// by itself (a long range's far half goes to a helper thread, see
+/// `provider`), and scans of different tables run on their own threads,
+/// so a second partition bought no parallelism on the reads; what it
+/// added was a round-robin and a hash repartition after every scan and
+/// partitioned joins and aggregates. Measured with `pgbench -T 3` on the
+/// analytics data (scale 0.1), 1 against 2 partitions: Q3 5.1 / 6.2
+/// against 8.0 / 7.0 ms (server CPU per query 6.4 / 7.6 against 9.8 / 8.6
+/// ms), Q1 9.8 / 10.7 against 9.8 / 11.5 ms; the harness at scale 1: Q1
+/// 126 against 149 ms, Q3 127 against 138 ms (bench/README.md).
+const TARGET_PARTITIONS: usize = 1;
 
 impl Engine {
     /// Opens the database in `path`, or a temporary one when `None`.
@@ -112,7 +123,7 @@ impl Engine {
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema("spindle", "public")
             .with_information_schema(false)
-            .with_target_partitions(2)
+            .with_target_partitions(TARGET_PARTITIONS)
             .with_batch_size(8192);
         // A hash join's build keys reach a probe-side scan on its leading
         // key column as an IN list (then read by seeking, see
