@@ -1510,10 +1510,15 @@ pub struct RowDecoder<'a> {
     /// Byte ranges of the current key's key columns (a reused buffer).
     spans: Vec<(usize, usize)>,
     /// The output columns filled from the stored row (not key columns,
-    /// not repeats), and per output column the 1-based row it last got a
-    /// stored value for.
+    /// not repeats), and per output column the number of the row it last
+    /// got a stored value for (`decoded` then).
     stored: Vec<usize>,
     filled: Vec<usize>,
+    /// Rows decoded over the decoder's life (`finish` does not reset it):
+    /// the row numbers `filled` holds. (Numbered per batch, a column that
+    /// was last filled in row r of one batch and is NULL in the next
+    /// batch's rows before row r would lose its value in row r.)
+    decoded: usize,
     /// Rows buffered since the last batch.
     rows: usize,
 }
@@ -1576,6 +1581,7 @@ impl<'a> RowDecoder<'a> {
             spans: Vec::new(),
             stored,
             filled: vec![0; request.columns.len()],
+            decoded: 0,
             rows: 0,
         })
     }
@@ -1615,8 +1621,8 @@ impl<'a> RowDecoder<'a> {
         if !Catalog::key_spans(&self.chain, key, &mut self.spans)? {
             return Ok(false);
         }
-        let row = self.rows;
         self.rows += 1;
+        self.decoded += 1;
         if self.columns.is_empty() {
             return Ok(true);
         }
@@ -1637,12 +1643,12 @@ impl<'a> RowDecoder<'a> {
         if !self.stored.is_empty() {
             // Only the requested stored columns are decoded, each appended
             // straight from the row's bytes; a column the row lacks is
-            // NULL. `filled[c]` is the 1-based row that column `c` last got
-            // a value for, so a column id repeated in a corrupt row cannot
-            // misalign the columns.
+            // NULL. `filled[c]` is the row (`decoded`) that column `c` last
+            // got a value for, so a column id repeated in a corrupt row
+            // cannot misalign the columns.
             let (column_of_id, columns, filled) =
                 (&self.column_of_id, &mut self.columns, &mut self.filled);
-            let stamp = row + 1;
+            let stamp = self.decoded;
             let wanted = |id: u32| {
                 column_of_id
                     .get(id as usize)
@@ -1765,6 +1771,44 @@ mod tests {
         ranges
             .iter()
             .any(|r| k >= r.start.as_slice() && r.end.as_ref().is_none_or(|e| k < e.as_slice()))
+    }
+
+    /// A stored column's value in a batch is never taken for a repeat of
+    /// the value it had in the batch before (the rows of one batch are
+    /// numbered after the previous batch's, see `RowDecoder::decoded`).
+    #[test]
+    fn a_value_after_nulls_in_a_later_batch_is_kept() {
+        let c = catalog();
+        let t = c.table("c").unwrap();
+        let request = ScanRequest {
+            chain: c.ancestry("c").unwrap().into_iter().cloned().collect(),
+            ranges: vec![],
+            columns: vec![2],
+            limit: None,
+        };
+        let v_id = t.columns[2].id;
+        let with_v = |v: i64| spindle_keys::row::encode_row(&[(v_id, &Value::Int64(v))]);
+        let without_v = spindle_keys::row::encode_row(&[]);
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new(
+                "v",
+                datafusion::arrow::datatypes::DataType::Int64,
+                true,
+            ),
+        ]));
+        let mut rows = RowDecoder::new(&request).unwrap();
+        // Each batch: v is NULL in rows 0..=8 and 7 in row 9.
+        for batch in 0..2 {
+            for r in 0..10 {
+                let k = key(&c, "c", &[batch, r]);
+                let value = if r == 9 { with_v(7) } else { without_v.clone() };
+                rows.push(&k, &value).unwrap();
+            }
+            let b = rows.finish(&schema).unwrap();
+            let last = array_value(b.column(0).as_ref(), 9).unwrap();
+            assert_eq!(last, Value::Int64(7), "batch {batch}");
+            assert_eq!(array_value(b.column(0).as_ref(), 8).unwrap(), Value::Null);
+        }
     }
 
     /// A column requested twice (key or stored, present or NULL) gets its
