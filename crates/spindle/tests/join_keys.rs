@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::rows;
+use common::{output_rows, rows};
 use spindle::{Database, Session, Value};
 
 const ORDERS: i64 = 1000;
@@ -108,17 +108,7 @@ fn scan_rows(s: &mut Session, sql: &str, table: &str) -> f64 {
         line.contains("join keys=oid") || line.contains("join keys=name"),
         "the scan of {table} does not take the join's keys:\n{plan}"
     );
-    let n = line
-        .split("output_rows=")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no output_rows in {line}"))
-        .split(',')
-        .next()
-        .unwrap();
-    match n.strip_suffix(" K") {
-        Some(k) => k.parse::<f64>().unwrap() * 1000.0,
-        None => n.parse().unwrap(),
-    }
+    output_rows(line)
 }
 
 /// `got` is `want` to DataFusion's three digits.

@@ -41,6 +41,7 @@ pub mod pg_catalog;
 pub mod plan_cache;
 pub mod provider;
 mod query_cache;
+pub mod row_filter;
 pub mod session;
 pub mod settings;
 pub mod subquery;

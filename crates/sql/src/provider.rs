@@ -87,6 +87,7 @@ use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager, TxnScan};
 
 use crate::index::IndexPlan;
 use crate::join_keys::{Place, PointCursor, Points};
+use crate::row_filter::{RowFilter, RowFilterState};
 use crate::types::{array_value, table_schema, ColumnBuilder};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::physical_expr::PhysicalExpr;
@@ -103,6 +104,10 @@ pub const MAX_POINTS: usize = 1024;
 /// Rows in a scan's first batch: small, so that the first rows reach the
 /// plan soon and a long scan is split (see `Tail`) after that many rows.
 const FIRST_BATCH_ROWS: usize = 1024;
+/// Most output columns a row-filtered scan decodes in the same walk over
+/// the row as the filter's tests (their values wait on the stack until the
+/// row passes); a wider one walks the row twice.
+const INLINE_COLUMNS: usize = 16;
 /// Rows in every later batch (the session's DataFusion batch size): each
 /// batch crosses a channel to another thread, so fewer, larger batches
 /// cost fewer thread wake-ups per row.
@@ -126,6 +131,9 @@ pub struct ScanRequest {
     pub ranges: Vec<KeyRange>,
     pub columns: Vec<usize>,
     pub limit: Option<usize>,
+    /// Predicates tested on each row's bytes before it is decoded (see
+    /// [`crate::row_filter`]).
+    pub filter: Option<Arc<RowFilter>>,
 }
 
 /// The key-range plan derived from a set of filters.
@@ -481,7 +489,7 @@ fn plan_key_ranges(chain_owned: &[Table], filters: &[&Expr]) -> crate::Result<Ra
     })
 }
 
-fn value_text(v: &Value) -> String {
+pub(crate) fn value_text(v: &Value) -> String {
     match v {
         Value::String(s) => format!("'{}'", s.replace('\'', "''")),
         other => crate::types::value_to_text(other).unwrap_or_else(|| "NULL".into()),
@@ -711,6 +719,13 @@ impl TableProvider for SpindleTable {
         let schema = Arc::new(self.schema.project(&fields)?);
         let access = self.choose(&refs, Some(&columns)).map_err(external)?;
         let index = access.index.map(|i| self.indexes[i].clone());
+        // The filters the key ranges do not enforce, for the row filter.
+        let unenforced: Vec<&Expr> = refs
+            .iter()
+            .zip(access.plan.exact.iter().chain(std::iter::repeat(&false)))
+            .filter(|(_, exact)| !**exact)
+            .map(|(f, _)| *f)
+            .collect();
         // What is scanned: the table's keys, or the index's entries.
         let (scan_chain, scan_columns, fetch) = match &index {
             None => (self.chain.clone(), columns.clone(), None),
@@ -745,15 +760,24 @@ impl TableProvider for SpindleTable {
                     ranges: vec![],
                     columns: columns.clone(),
                     limit,
+                    filter: RowFilter::plan(&self.table, &unenforced).map(Arc::new),
                 };
                 (ip.chain.clone(), pk_cols, Some(base))
             }
+        };
+        // The row filter tests the rows decoded into the output: the
+        // scanned table's, a covering index's entries, or (an index fetch)
+        // the base rows, whose request carries it instead.
+        let filter = match (&fetch, scan_chain.last()) {
+            (None, Some(t)) => RowFilter::plan(t, &unenforced).map(Arc::new),
+            _ => None,
         };
         let request = ScanRequest {
             chain: scan_chain,
             ranges: access.plan.ranges.clone(),
             columns: scan_columns,
             limit,
+            filter,
         };
         // Rows come out in the order of the scanned keys: declare the
         // ordering of the longest prefix of key columns that is projected.
@@ -795,8 +819,20 @@ impl TableProvider for SpindleTable {
             } else {
                 format!(" where {}", access.plan.describe.join(" AND "))
             };
+            let tested = match (&request.filter, &fetch) {
+                (Some(f), _)
+                | (
+                    None,
+                    Some(ScanRequest {
+                        filter: Some(f), ..
+                    }),
+                ) => {
+                    format!(" row filter: {}", f.describe())
+                }
+                _ => String::new(),
+            };
             format!(
-                "table={} access={path}{preds} ranges={}",
+                "table={} access={path}{preds} ranges={}{tested}",
                 self.table.name,
                 request.ranges.len()
             )
@@ -1230,17 +1266,17 @@ impl ScanStream {
                     let mut more = true;
                     let pushed = match &fetch {
                         None => {
-                            reader.want_key = may_split && tail.is_none() && rows.len() + 1 == FIRST_BATCH_ROWS;
+                            reader.want_key = may_split && tail.is_none() && rows.read() + 1 == FIRST_BATCH_ROWS;
                             match reader.step(&mut iter, &mut rows).map_err(external)? {
                                 Step::End => break,
                                 Step::Entry(pushed) => {
-                                    if reader.want_key && pushed {
+                                    if reader.want_key && pushed.is_row() {
                                         if let Some(rest) = iter.split_off(&reader.key) {
                                             tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone(), points.clone()));
                                         }
                                     }
                                     more = reader.jump(&mut iter);
-                                    pushed
+                                    pushed == Pushed::Row
                                 }
                             }
                         }
@@ -1261,7 +1297,7 @@ impl ScanStream {
                                     base_chain.last().map(|t| t.name.as_str()).unwrap_or("")
                                 ))));
                             };
-                            rows.push(&base_key, &row).map_err(external)?
+                            rows.push(&base_key, &row).map_err(external)? == Pushed::Row
                         }
                     };
                     if pushed {
@@ -1396,8 +1432,8 @@ fn read_rows(
 
 /// What one [`RowReader::step`] found.
 enum Step {
-    /// An entry was read; true if it was a row of the scanned table.
-    Entry(bool),
+    /// An entry was read, and what the decoder did with it.
+    Entry(Pushed),
     End,
 }
 
@@ -1417,7 +1453,8 @@ struct RowReader {
     jump_after_rows: bool,
     /// Where the next `jump` goes (`Some(None)`: past the end).
     pending_jump: Option<Option<Vec<u8>>>,
-    /// When set, `step` copies the key of the row it produces into `key`.
+    /// When set, `step` copies the key of the row it reads (decoded or
+    /// skipped by the row filter) into `key`.
     want_key: bool,
     key: Vec<u8>,
     /// The only key ranges to read (a join's keys), when known.
@@ -1442,22 +1479,23 @@ impl RowReader {
                     Place::Inside => {}
                     Place::Before(start) => {
                         self.pending_jump = Some(Some(start.to_vec()));
-                        return Ok(false);
+                        return Ok(Pushed::Other);
                     }
                     Place::Past => {
                         self.pending_jump = Some(None);
-                        return Ok(false);
+                        return Ok(Pushed::Other);
                     }
                 }
             }
             let pushed = rows.push(key, value)?;
-            if pushed && self.want_key {
+            if pushed.is_row() && self.want_key {
                 self.key.clear();
                 self.key.extend_from_slice(key);
             }
-            self.pending_jump = if pushed && self.jump_after_rows {
+            // A skipped row is still a row: its tree is jumped over.
+            self.pending_jump = if pushed.is_row() && self.jump_after_rows {
                 Some(spindle_keys::key::prefix_end(key))
-            } else if pushed {
+            } else if pushed.is_row() {
                 self.last_row.clear();
                 self.last_row.extend_from_slice(key);
                 None
@@ -1487,6 +1525,24 @@ impl RowReader {
             }
             Some(None) => false,
         }
+    }
+}
+
+/// What [`RowDecoder::push`] did with an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Not a row of the scanned table (another table of the row tree).
+    Other,
+    /// A row of the table that the row filter rejected: not decoded.
+    Skipped,
+    /// A row, decoded into the batch.
+    Row,
+}
+
+impl Pushed {
+    /// A row of the scanned table, decoded or not.
+    pub fn is_row(self) -> bool {
+        self != Pushed::Other
     }
 }
 
@@ -1521,6 +1577,12 @@ pub struct RowDecoder<'a> {
     decoded: usize,
     /// Rows buffered since the last batch.
     rows: usize,
+    /// The request's row filter, while it pays.
+    filter: RowFilterState<'a>,
+    /// Rows of the table read (decoded or skipped by the row filter): a
+    /// scan splits after its first `FIRST_BATCH_ROWS` rows read, not
+    /// decoded, or a selective filter would keep it on one thread.
+    read: usize,
 }
 
 impl<'a> RowDecoder<'a> {
@@ -1583,6 +1645,8 @@ impl<'a> RowDecoder<'a> {
             filled: vec![0; request.columns.len()],
             decoded: 0,
             rows: 0,
+            filter: RowFilterState::new(request.filter.as_deref()),
+            read: 0,
         })
     }
 
@@ -1592,6 +1656,11 @@ impl<'a> RowDecoder<'a> {
 
     pub fn len(&self) -> usize {
         self.rows
+    }
+
+    /// Rows of the table read so far, decoded or skipped by the row filter.
+    pub fn read(&self) -> usize {
+        self.read
     }
 
     /// The values of the requested columns, which must all be key columns,
@@ -1614,32 +1683,30 @@ impl<'a> RowDecoder<'a> {
         !self.repeats.is_empty() && self.repeats.iter().any(|(r, _)| *r == i)
     }
 
-    /// Decodes one stored row; returns false if the key belongs to another
-    /// table of the row tree.
-    pub fn push(&mut self, key: &[u8], value: &[u8]) -> crate::Result<bool> {
+    /// Decodes one stored row, unless the key belongs to another table of
+    /// the row tree or the row filter rejects the row.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> crate::Result<Pushed> {
         // Key columns are located, not decoded; only requested ones are.
         if !Catalog::key_spans(&self.chain, key, &mut self.spans)? {
-            return Ok(false);
+            return Ok(Pushed::Other);
+        }
+        self.read += 1;
+        if let Some(f) = self.filter.current() {
+            // Tested with the row filter: in one walk over the row with
+            // its decoding where the output is narrow enough.
+            if f.tests_stored() && self.columns.len() <= INLINE_COLUMNS {
+                return self.push_tested(f, key, value);
+            }
+            if !self.filter.keep(key, &self.spans, value)? {
+                return Ok(Pushed::Skipped);
+            }
         }
         self.rows += 1;
         self.decoded += 1;
         if self.columns.is_empty() {
-            return Ok(true);
+            return Ok(Pushed::Row);
         }
-        for i in 0..self.columns.len() {
-            let Some(k) = self.key_positions[i] else {
-                continue;
-            };
-            if self.is_repeat(i) {
-                continue;
-            }
-            let (a, b) =
-                self.spans.get(k).copied().ok_or_else(|| {
-                    crate::Error::Internal("key column beyond the row key".into())
-                })?;
-            let v = spindle_keys::key::decode_value(&key[a..b])?.0;
-            self.columns[i].append_value(&v)?;
-        }
+        self.append_keys(key)?;
         if !self.stored.is_empty() {
             // Only the requested stored columns are decoded, each appended
             // straight from the row's bytes; a column the row lacks is
@@ -1678,7 +1745,75 @@ impl<'a> RowDecoder<'a> {
                 }
             }
         }
-        Ok(true)
+        Ok(Pushed::Row)
+    }
+
+    /// Appends the requested key columns of a row's key.
+    fn append_keys(&mut self, key: &[u8]) -> crate::Result<()> {
+        for i in 0..self.columns.len() {
+            let Some(k) = self.key_positions[i] else {
+                continue;
+            };
+            if self.is_repeat(i) {
+                continue;
+            }
+            let (a, b) =
+                self.spans.get(k).copied().ok_or_else(|| {
+                    crate::Error::Internal("key column beyond the row key".into())
+                })?;
+            let v = spindle_keys::key::decode_value(&key[a..b])?.0;
+            self.columns[i].append_value(&v)?;
+        }
+        Ok(())
+    }
+
+    /// `push` of a row the row filter `f` tests on stored columns: one walk
+    /// over the row runs the tests and keeps the requested values (borrowed
+    /// from the row's bytes, at most `INLINE_COLUMNS`), which are appended
+    /// only if the row passes.
+    fn push_tested(&mut self, f: &RowFilter, key: &[u8], value: &[u8]) -> crate::Result<Pushed> {
+        let mut seen = std::mem::take(self.filter.seen());
+        let mut pass = f.keep_key(key, &self.spans, &mut seen)?;
+        let mut values = [None; INLINE_COLUMNS];
+        if pass {
+            let column_of_id = &self.column_of_id;
+            let output = |id: u32| {
+                column_of_id
+                    .get(id as usize)
+                    .copied()
+                    .filter(|c| *c != usize::MAX)
+            };
+            spindle_keys::row::visit_row(
+                value,
+                |id| f.wants(id) || output(id).is_some(),
+                |id, v| {
+                    if f.wants(id) {
+                        pass &= f.test(id, v, &mut seen);
+                    }
+                    // The first value of a column id counts (as in `push`).
+                    if let Some(slot) = output(id).and_then(|c| values.get_mut(c)) {
+                        slot.get_or_insert(v);
+                    }
+                    Ok(())
+                },
+            )?;
+            pass &= f.all_seen(&seen);
+        }
+        *self.filter.seen() = seen;
+        self.filter.count(pass);
+        if !pass {
+            return Ok(Pushed::Skipped);
+        }
+        self.rows += 1;
+        self.decoded += 1;
+        self.append_keys(key)?;
+        for &c in &self.stored {
+            match values[c] {
+                Some(v) => self.columns[c].append_raw(v)?,
+                None => self.columns[c].append_null(),
+            }
+        }
+        Ok(Pushed::Row)
     }
 
     /// Returns the buffered rows as a record batch and clears the buffer.
@@ -1785,6 +1920,7 @@ mod tests {
             ranges: vec![],
             columns: vec![2],
             limit: None,
+            filter: None,
         };
         let v_id = t.columns[2].id;
         let with_v = |v: i64| spindle_keys::row::encode_row(&[(v_id, &Value::Int64(v))]);
@@ -1823,15 +1959,25 @@ mod tests {
             // a, b, v, a, v, b
             columns: vec![0, 1, 2, 0, 2, 1],
             limit: None,
+            filter: None,
         };
         let v_id = t.columns[2].id;
         let mut rows = RowDecoder::new(&request).unwrap();
         let with_v = spindle_keys::row::encode_row(&[(v_id, &Value::Int64(7))]);
         let without_v = spindle_keys::row::encode_row(&[]);
-        assert!(rows.push(&key(&c, "c", &[5, 1]), &with_v).unwrap());
-        assert!(rows.push(&key(&c, "c", &[6, 2]), &without_v).unwrap());
+        assert_eq!(
+            rows.push(&key(&c, "c", &[5, 1]), &with_v).unwrap(),
+            Pushed::Row
+        );
+        assert_eq!(
+            rows.push(&key(&c, "c", &[6, 2]), &without_v).unwrap(),
+            Pushed::Row
+        );
         // The parent's row is not a row of c.
-        assert!(!rows.push(&key(&c, "p", &[5]), &without_v).unwrap());
+        assert_eq!(
+            rows.push(&key(&c, "p", &[5]), &without_v).unwrap(),
+            Pushed::Other
+        );
         let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
             request
                 .columns

@@ -12,3 +12,20 @@ pub fn rows(s: &mut Session, sql: &str) -> Vec<Vec<Value>> {
         .map(|r| r.values().to_vec())
         .collect()
 }
+
+/// A plan line's `output_rows` metric (DataFusion prints thousands with
+/// three digits, as `4.29 K`).
+#[allow(dead_code)] // not every test that includes this module uses it
+pub fn output_rows(line: &str) -> f64 {
+    let n = line
+        .split("output_rows=")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no output_rows in {line}"))
+        .split([',', ']'])
+        .next()
+        .unwrap();
+    match n.strip_suffix(" K") {
+        Some(k) => k.parse::<f64>().unwrap() * 1000.0,
+        None => n.parse().unwrap(),
+    }
+}
