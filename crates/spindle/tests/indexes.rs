@@ -62,17 +62,17 @@ fn explain_shows_the_chosen_access_path() {
             &db,
             "SELECT Bio FROM Singers WHERE SingerId = 7 AND Name = 'x'"
         ),
-        "table=singers access=primary key where singerid = 7 ranges=1"
+        "table=singers access=primary key where singerid = 7 ranges=1 row filter: name = 'x'"
     );
     assert_eq!(
         scan(&db, "SELECT Bio FROM Singers WHERE Bio = 'x'"),
-        "table=singers access=full scan ranges=1"
+        "table=singers access=full scan ranges=1 row filter: bio = 'x'"
     );
     // A one-sided range is not selective enough to fetch rows through an
     // index, but a covering index still reads less than the table.
     assert_eq!(
         scan(&db, "SELECT Bio FROM Singers WHERE Name > 'm'"),
-        "table=singers access=full scan ranges=1"
+        "table=singers access=full scan ranges=1 row filter: name > 'm'"
     );
     assert_eq!(
         scan(&db, "SELECT Name FROM Singers WHERE Name > 'm'"),
@@ -109,7 +109,7 @@ fn explain_shows_the_chosen_access_path() {
             &db,
             "SELECT Name FROM Singers /*@ force_index=_base_table */ WHERE Name = 'x'"
         ),
-        "table=singers access=full scan ranges=1"
+        "table=singers access=full scan ranges=1 row filter: name = 'x'"
     );
 }
 
