@@ -221,9 +221,6 @@ impl RowFilter {
         let Some(value) = crate::provider::literal_value(lit, &ty) else {
             return;
         };
-        if raw(&value).is_none() {
-            return;
-        }
         let text = format!(
             "{name} {} {}",
             cmp.symbol(),
