@@ -245,8 +245,6 @@ impl Engine {
         &self.mgr
     }
 
-    /// A DataFusion session whose `public` schema reads `catalog`'s tables
-    /// through `txn`, and whose `information_schema` describes `catalog`.
     /// The context a kept plan ([`crate::query_cache`]) runs in. Building
     /// a statement's [`SessionState`] registers every function and schema
     /// anew (about 6% of the server's samples under a stream of 2 ms
@@ -268,6 +266,8 @@ impl Engine {
         .clone()
     }
 
+    /// A DataFusion session whose `public` schema reads `catalog`'s tables
+    /// through `txn`, and whose `information_schema` describes `catalog`.
     pub(crate) fn df_state(
         &self,
         catalog: Arc<Catalog>,
