@@ -47,6 +47,7 @@ pub mod settings;
 pub mod subquery;
 pub mod sys_schema;
 pub mod types;
+mod yield_points;
 
 pub use error::{Error, Result};
 pub use session::{Engine, Output, Session};

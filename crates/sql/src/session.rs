@@ -143,6 +143,8 @@ impl Engine {
         let mut base = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
+            // Last, after DataFusion's rules: a canceled join stops.
+            .with_physical_optimizer_rule(Arc::new(crate::yield_points::YieldAfterJoins))
             .build();
         crate::pg_catalog::register_functions(&mut base)?;
         datafusion::execution::FunctionRegistry::register_expr_planner(
