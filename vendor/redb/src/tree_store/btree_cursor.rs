@@ -693,7 +693,15 @@ impl<K: Key + 'static, V: Value + 'static> Cursor<K, V> {
     // from the leaf page instead of returning a guard that holds a reference
     // to the page (a patch of Spindle's vendored copy: a scan then pays no
     // reference-count increment and decrement per entry).
-    pub(super) fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Result<Option<R>> {
+    //
+    // `f` also gets the leaf the entry is on: its page number and its last
+    // key, computed only when `f` asks (a patch of Spindle's vendored copy,
+    // so that a range tests its upper bound once per leaf, see
+    // `BtreeCursorRange::next_front_with_inner`).
+    pub(super) fn next_with<R>(
+        &mut self,
+        f: impl for<'m> FnOnce(&'m [u8], &'m [u8], PageNumber, &dyn Fn() -> Option<&'m [u8]>) -> R,
+    ) -> Result<Option<R>> {
         if !self.ensure_has_entry(Direction::Next)? {
             return Ok(None);
         }
@@ -703,15 +711,21 @@ impl<K: Key + 'static, V: Value + 'static> Cursor<K, V> {
         };
         let position = leaf.position;
         leaf.position += 1;
+        let len = leaf.len;
+        let page_number = leaf.page.get_page_number();
         let memory = leaf.page.memory();
-        let Some((key, value)) = LeafAccessor::new(memory, K::fixed_width(), V::fixed_width())
-            .entry_ranges(position)
-        else {
+        let accessor = LeafAccessor::new(memory, K::fixed_width(), V::fixed_width());
+        let Some((key, value)) = accessor.entry_ranges(position) else {
             return Err(StorageError::Corrupted(
                 "cursor entry missing from its leaf".to_string(),
             ));
         };
-        Ok(Some(f(&memory[key], &memory[value])))
+        let last_key = || {
+            len.checked_sub(1)
+                .and_then(|last| accessor.entry_ranges(last))
+                .map(|(key, _)| &memory[key])
+        };
+        Ok(Some(f(&memory[key], &memory[value], page_number, &last_key)))
     }
 
     pub(super) fn prev(&mut self) -> Result<Option<EntryGuard<K, V>>> {

@@ -53,6 +53,12 @@ pub(crate) struct BtreeCursorRange<K: Key + 'static, V: Value + 'static> {
     hint: PageHint,
     front: Slot<Cursor<K, V>>,
     back: Slot<Cursor<K, V>>,
+    // A leaf whose last key is within the upper bound (a patch of Spindle's
+    // vendored copy): every entry the front steps to on it is, too, so
+    // `next_front_with` tests no key there. Pages do not change while a
+    // range lives (it borrows its table or a read snapshot), and the upper
+    // bound never changes (`seek_front` moves the lower one only).
+    front_leaf_within: Option<PageNumber>,
     // The ends run on independent cursors and share the termination logic, so the first error
     // latches the whole range. See Cursor::errored.
     errored: bool,
@@ -88,6 +94,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeCursorRange<K, V> {
             hint,
             front: Slot::Uninitialized,
             back: Slot::Uninitialized,
+            front_leaf_within: None,
             errored: false,
         })
     }
@@ -101,6 +108,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeCursorRange<K, V> {
             hint,
             front: Slot::Exhausted,
             back: Slot::Exhausted,
+            front_leaf_within: None,
             errored: false,
         }
     }
@@ -279,20 +287,32 @@ impl<K: Key + 'static, V: Value + 'static> BtreeCursorRange<K, V> {
         // with the front alone, the upper bound does.
         let check_bound = self.back.is_uninitialized();
         let Self {
-            front, upper_bound, ..
+            front,
+            upper_bound,
+            front_leaf_within,
+            ..
         } = self;
         let Some(cursor) = front.active_mut() else {
             // `prepare` returned true: the front is active.
             return None;
         };
         let upper = upper_bound.as_ref().map(Vec::as_slice);
-        let stepped = cursor.next_with(|key, value| {
+        let below_upper = |key: &[u8]| match upper {
+            Included(bound) => K::compare(key, bound).is_le(),
+            Excluded(bound) => K::compare(key, bound).is_lt(),
+            Unbounded => true,
+        };
+        let stepped = cursor.next_with(|key, value, page, last_key| {
             let within = !check_bound
-                || match upper {
-                    Included(bound) => K::compare(key, bound).is_le(),
-                    Excluded(bound) => K::compare(key, bound).is_lt(),
-                    Unbounded => true,
-                };
+                || *front_leaf_within == Some(page)
+                || (below_upper(key) && {
+                    // Keys ascend within a leaf: if its last one is within
+                    // the bound, so is every one the front meets there.
+                    if last_key().is_some_and(below_upper) {
+                        *front_leaf_within = Some(page);
+                    }
+                    true
+                });
             within.then(|| f(key, value))
         });
         match stepped {
