@@ -33,8 +33,8 @@
 //! once, the task yields, and a drop or abort takes effect there.
 //!
 //! Invariants:
-//! * The rule only adds `CooperativeExec` nodes, each directly above a
-//!   join or UNNEST that does not already have one; results, ordering,
+//! * The rule only adds `CooperativeExec` nodes, one directly above each
+//!   join or UNNEST; results, ordering,
 //!   partitioning and statistics are unchanged (`CooperativeExec` forwards
 //!   all of them, and passes filter, limit, projection and sort pushdown
 //!   through), so it runs last, after DataFusion's own rules.
@@ -49,7 +49,6 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coop::CooperativeExec;
-use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PiecewiseMergeJoinExec, SortMergeJoinExec,
     SymmetricHashJoinExec,
@@ -82,31 +81,16 @@ impl PhysicalOptimizerRule for YieldAfterJoins {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let wrap = |node: Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
-            if amplifies(node.as_ref()) {
-                Arc::new(CooperativeExec::new(node))
+        // Bottom-up, each node once: a join is replaced by the wrapper
+        // around it, which its parent then gets as its child.
+        plan.transform_up(|node| {
+            Ok(if amplifies(node.as_ref()) {
+                Transformed::yes(Arc::new(CooperativeExec::new(node)) as Arc<dyn ExecutionPlan>)
             } else {
-                node
-            }
-        };
-        // Bottom-up: each node's children are wrapped where needed, unless
-        // the node is itself the wrapper.
-        let plan = plan
-            .transform_up(|node| {
-                if node.is::<CooperativeExec>() || node.children().is_empty() {
-                    return Ok(Transformed::no(node));
-                }
-                let children: Vec<_> = node.children().into_iter().cloned().collect();
-                if !children.iter().any(|c| amplifies(c.as_ref())) {
-                    return Ok(Transformed::no(node));
-                }
-                let children = children.into_iter().map(wrap).collect();
-                let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-                Ok(Transformed::yes(node.replace_children(children, options)?))
-            })?
-            .data;
-        // The root itself.
-        Ok(wrap(plan))
+                Transformed::no(node)
+            })
+        })
+        .map(|t| t.data)
     }
 
     fn schema_check(&self) -> bool {
