@@ -50,6 +50,9 @@ use crate::provider::KeyRange;
 pub(crate) struct ScanStats {
     /// Scans restricted to a join's keys.
     pub join_key_scans: std::sync::atomic::AtomicU64,
+    /// Scans whose far half a helper thread read as partition 1
+    /// ([`crate::split_scan`]).
+    pub split_scans: std::sync::atomic::AtomicU64,
 }
 
 /// Most values a scan turns into points; a larger set reads everything.

@@ -44,6 +44,7 @@ mod query_cache;
 pub mod row_filter;
 pub mod session;
 pub mod settings;
+mod split_scan;
 pub mod subquery;
 pub mod sys_schema;
 pub mod types;

@@ -51,9 +51,15 @@
 //! ```text
 //!   range  [start ─── 1024th row ─────────── cut ──────────────── end)
 //!   scan thread:  reads, sends batches      │
-//!   helper thread:                          reads ahead (≤ 8 batches)
-//!   output: the scan's batches, then the helper's — key order kept
+//!   helper thread:                          reads the far half
+//!   output: partition 0 the scan's batches, partition 1 the helper's
 //! ```
+//!
+//! Such a scan is planned as two DataFusion partitions, so that what runs
+//! above it runs on both halves at once ([`crate::split_scan`]). A second
+//! split of the same binding (a re-run plan that was not reset) cannot be
+//! handed over: then the helper reads ahead (≤ 8 batches) and the scan's
+//! thread forwards its batches after its own.
 //!
 //! Not split: several ranges, a limit, an index fetch, or buffered writes
 //! ahead in the range (then rows are not the store's alone).
@@ -88,6 +94,7 @@ use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager, TxnScan};
 use crate::index::IndexPlan;
 use crate::join_keys::{Place, PointCursor, Points};
 use crate::row_filter::{RowFilter, RowFilterState};
+use crate::split_scan::{BatchSender, CloseOnDrop, TailSlot, TailStream, HELPER_BATCHES};
 use crate::types::{array_value, table_schema, ColumnBuilder};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::physical_expr::PhysicalExpr;
@@ -908,6 +915,7 @@ impl ScanParts {
             snapshots: Some(snapshots),
             mgr,
             fetch: self.fetch.clone().zip(reader),
+            tail: None,
         };
         self.with_stream(stream)
     }
@@ -922,15 +930,28 @@ impl ScanParts {
             snapshots: None,
             mgr,
             fetch: None,
+            tail: None,
         };
         self.with_stream(stream)
     }
 
-    fn with_stream(self, stream: ScanStream) -> datafusion::error::Result<SpindleScanExec> {
+    /// The scan as DataFusion runs it: one partition, or two when it may
+    /// split (the far half is partition 1, see [`crate::split_scan`]).
+    fn with_stream(self, mut stream: ScanStream) -> datafusion::error::Result<SpindleScanExec> {
+        let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(2);
+        if may_split(&self.request, self.fetch.is_some()) {
+            let slot = Arc::new(TailSlot::default());
+            stream.tail = Some(slot.clone());
+            partitions.push(Arc::new(TailStream {
+                schema: self.schema.clone(),
+                slot,
+            }));
+        }
         let stream = Arc::new(stream);
+        partitions.insert(0, stream.clone());
         let exec = StreamingTableExec::try_new(
             self.schema.clone(),
-            vec![stream.clone() as Arc<dyn PartitionStream>],
+            partitions,
             None,
             self.ordering.clone(),
             false,
@@ -1151,13 +1172,13 @@ impl ExecutionPlan for SpindleScanExec {
                 join_points(&stream.request.chain, lead.as_ref(), &filters).map_err(external)?;
             if let Some(p) = &points {
                 points_metric.add(p.ranges.len());
-                if let Some(stats) = stats {
+                if let Some(stats) = &stats {
                     stats
                         .join_key_scans
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            Ok::<_, DataFusionError>(stream.start(points))
+            Ok::<_, DataFusionError>(stream.start(points, stats))
         })
         .try_flatten()
         .inspect_ok(counted);
@@ -1173,17 +1194,23 @@ impl ExecutionPlan for SpindleScanExec {
     /// their recursive term before each run and do not), so a filter kept
     /// here would be the last run's, never updated: its keys would
     /// restrict this run's scan.
+    ///
+    /// A scan planned as two partitions also gets a new hand-over slot
+    /// ([`crate::split_scan`]): the last run's is closed, or holds a far
+    /// half of that run.
     fn reset_state(self: Arc<Self>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        if self.join_keys.is_empty() {
+        if self.join_keys.is_empty() && self.stream.tail.is_none() {
             return Ok(self);
         }
-        Ok(Arc::new(SpindleScanExec {
-            inner: self.inner.clone(),
-            stream: self.stream.clone(),
-            parts: self.parts.clone(),
-            join_keys: Vec::new(),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        let stream = ScanStream {
+            schema: self.stream.schema.clone(),
+            request: self.stream.request.clone(),
+            snapshots: self.stream.snapshots.clone(),
+            mgr: self.stream.mgr.clone(),
+            fetch: self.stream.fetch.clone(),
+            tail: None,
+        };
+        Ok(Arc::new(self.parts.clone().with_stream(stream)?))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -1191,7 +1218,17 @@ impl ExecutionPlan for SpindleScanExec {
     }
 }
 
-/// One partition: reads every range of a [`ScanRequest`] in order.
+/// Whether a scan may hand the far half of its range to a helper thread:
+/// one range read whole (no limit), not through an index's fetches, on a
+/// machine with more than one core.
+fn may_split(request: &ScanRequest, fetches: bool) -> bool {
+    !fetches
+        && request.limit.is_none()
+        && request.ranges.len() == 1
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
+/// Partition 0: reads every range of a [`ScanRequest`] in order.
 struct ScanStream {
     schema: SchemaRef,
     request: ScanRequest,
@@ -1203,6 +1240,9 @@ struct ScanStream {
     /// are the output) and the reader that fetches base rows by key. The
     /// main request then decodes the base key columns from each entry.
     fetch: Option<(ScanRequest, PointReader)>,
+    /// Where partition 1 waits for the far half, when the scan was
+    /// planned as two partitions.
+    tail: Option<Arc<TailSlot>>,
 }
 
 impl fmt::Debug for ScanStream {
@@ -1216,15 +1256,25 @@ impl PartitionStream for ScanStream {
         &self.schema
     }
 
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        self.start(None)
+    fn execute(&self, ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let stats = ctx
+            .session_config()
+            .get_extension::<crate::join_keys::ScanStats>();
+        self.start(None, stats)
     }
 }
 
 impl ScanStream {
     /// Starts the scan's thread; with `points`, only keys in those ranges
     /// are read (see [`crate::join_keys`]).
-    fn start(&self, points: Option<Arc<Points>>) -> SendableRecordBatchStream {
+    ///
+    /// `stats`, the engine's counters, counts a far half handed to
+    /// partition 1.
+    fn start(
+        &self,
+        points: Option<Arc<Points>>,
+        stats: Option<Arc<crate::join_keys::ScanStats>>,
+    ) -> SendableRecordBatchStream {
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 2);
         let tx = builder.tx();
         let schema = self.schema.clone();
@@ -1232,6 +1282,9 @@ impl ScanStream {
         let snapshots = self.snapshots.clone();
         let mgr = self.mgr.clone();
         let fetch = self.fetch.clone();
+        // Closes the slot when the thread ends, or when the closure is
+        // dropped unrun: partition 1 then stops waiting.
+        let handover = self.tail.clone().map(CloseOnDrop);
         builder.spawn_blocking(move || {
             let Some(snapshots) = snapshots else {
                 return Err(DataFusionError::Internal(
@@ -1251,12 +1304,10 @@ impl ScanStream {
             let mut produced = 0usize;
             // A scan of one range that outgrows its first batch hands the
             // far half of what is left to a helper thread (see
-            // `TxnScan::split_off`), whose batches follow this thread's:
-            // the output order is the key order either way.
-            let may_split = fetch.is_none()
-                && request.limit.is_none()
-                && snapshots.len() == 1
-                && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+            // `TxnScan::split_off`), whose batches are partition 1's
+            // (`crate::split_scan`), or follow this thread's if they can
+            // no longer be handed over.
+            let may_split = may_split(&request, fetch.is_some());
             let mut tail: Option<Tail> = None;
             let mut first_sent = false;
             for snap in snapshots {
@@ -1272,7 +1323,11 @@ impl ScanStream {
                                 Step::Entry(pushed) => {
                                     if reader.want_key && pushed.is_row() {
                                         if let Some(rest) = iter.split_off(&reader.key) {
-                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone(), points.clone()));
+                                            let handed = handover.as_ref().and_then(|h| h.0.hand_over());
+                                            if let (Some(stats), true) = (&stats, handed.is_some()) {
+                                                stats.split_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                            }
+                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone(), points.clone(), handed));
                                         }
                                     }
                                     more = reader.jump(&mut iter);
@@ -1326,9 +1381,9 @@ impl ScanStream {
                 }
             }
             match tail {
-                None => {}
-                Some(Tail::Thread(batches)) => {
-                    for batch in batches {
+                None | Some(Tail::Handed) => {}
+                Some(Tail::Thread(mut batches)) => {
+                    while let Some(batch) = batches.blocking_recv() {
                         if tx.blocking_send(batch).is_err() {
                             return Ok(());
                         }
@@ -1338,23 +1393,25 @@ impl ScanStream {
                     let (mut iter, request) = *inline;
                     let mut rows = RowDecoder::new(&request).map_err(external)?;
                     let mut reader = RowReader::with_points(points);
-                    read_rows(&mut iter, &mut reader, &mut rows, &schema, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
+                    read_rows(&mut iter, &mut reader, &mut rows, &schema, BATCH_ROWS, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
                 }
             }
+            drop(handover);
             Ok(())
         });
         builder.build()
     }
 }
 
-/// Batches a helper thread reads ahead of the scan's own thread (at most
-/// 64 Ki rows).
-const HELPER_BATCHES: usize = 8;
-
-/// The far half of a split scan: read by a helper thread, or (when no
-/// thread could be started) by the scan's own thread after its half.
+/// The far half of a split scan.
 enum Tail {
-    Thread(std::sync::mpsc::Receiver<datafusion::error::Result<RecordBatch>>),
+    /// Read by a helper thread; the scan's own thread forwards its batches
+    /// after its own half.
+    Thread(tokio::sync::mpsc::Receiver<datafusion::error::Result<RecordBatch>>),
+    /// Read by a helper thread as partition 1's output.
+    Handed,
+    /// Read by the scan's own thread after its half (no thread could be
+    /// started).
     Inline(Box<(TxnScan, ScanRequest)>),
 }
 
@@ -1365,8 +1422,18 @@ impl Tail {
         mgr: Arc<TxnManager>,
         schema: SchemaRef,
         points: Option<Arc<Points>>,
+        handed: Option<BatchSender>,
     ) -> Tail {
-        let (tx, rx) = std::sync::mpsc::sync_channel(HELPER_BATCHES);
+        // Partition 1's channel, or one this scan's thread forwards from.
+        // Partition 1's first batch is small, as partition 0's is: a merge
+        // of the two in key order waits for it before its first row.
+        let (tx, rx, first_batch) = match handed {
+            Some(tx) => (tx, None, FIRST_BATCH_ROWS),
+            None => {
+                let (tx, rx) = tokio::sync::mpsc::channel(HELPER_BATCHES);
+                (tx, Some(rx), BATCH_ROWS)
+            }
+        };
         // The helper takes the scan from here; if no thread can be
         // started, the scan's own thread takes it back.
         let slot = Arc::new(Mutex::new(Some(iter)));
@@ -1384,12 +1451,17 @@ impl Tail {
                         .map_err(external)
                         .and_then(|mut rows| {
                             let mut reader = RowReader::with_points(points);
-                            read_rows(&mut iter, &mut reader, &mut rows, &schema, &mut |b| {
-                                tx.send(Ok(b)).is_ok()
-                            })
+                            read_rows(
+                                &mut iter,
+                                &mut reader,
+                                &mut rows,
+                                &schema,
+                                first_batch,
+                                &mut |b| tx.blocking_send(Ok(b)).is_ok(),
+                            )
                         });
                 if let Err(e) = result {
-                    let _ = tx.send(Err(e));
+                    let _ = tx.blocking_send(Err(e));
                 }
             });
         let taken_back = match spawned {
@@ -1399,26 +1471,33 @@ impl Tail {
                 slot.lock().ok().and_then(|mut s| s.take())
             }
         };
-        match taken_back {
-            Some(iter) => Tail::Inline(Box::new((iter, request))),
-            None => Tail::Thread(rx),
+        match (taken_back, rx) {
+            (Some(iter), _) => Tail::Inline(Box::new((iter, request))),
+            (None, Some(rx)) => Tail::Thread(rx),
+            (None, None) => Tail::Handed,
         }
     }
 }
 
 /// Reads every row of a plain scan (no index fetch, no limit) into
-/// batches handed to `emit`, which returns false to stop.
+/// batches handed to `emit`, which returns false to stop: the first of
+/// `first_batch` rows, the others of `BATCH_ROWS`.
 fn read_rows(
     iter: &mut TxnScan,
     reader: &mut RowReader,
     rows: &mut RowDecoder,
     schema: &SchemaRef,
+    first_batch: usize,
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> datafusion::error::Result<()> {
+    let mut full = first_batch;
     while let Step::Entry(_) = reader.step(iter, rows).map_err(external)? {
         let more = reader.jump(iter);
-        if rows.len() >= BATCH_ROWS && !emit(rows.finish(schema)?) {
-            return Ok(());
+        if rows.len() >= full {
+            full = BATCH_ROWS;
+            if !emit(rows.finish(schema)?) {
+                return Ok(());
+            }
         }
         if !more {
             break;

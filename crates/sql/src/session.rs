@@ -143,7 +143,10 @@ impl Engine {
         let mut base = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
-            // Last, after DataFusion's rules: a canceled join stops.
+            // After DataFusion's rules: rows of a scan read as two
+            // partitions reach the client in key order,
+            .with_physical_optimizer_rule(Arc::new(crate::split_scan::KeyOrderAtRoot))
+            // and a canceled join stops.
             .with_physical_optimizer_rule(Arc::new(crate::yield_points::YieldAfterJoins))
             .build();
         crate::pg_catalog::register_functions(&mut base)?;
@@ -194,6 +197,15 @@ impl Engine {
     pub fn join_key_scan_count(&self) -> u64 {
         self.scan_stats
             .join_key_scans
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many scans had the far half of their range read by a second
+    /// thread as a second DataFusion partition ([`crate::split_scan`])
+    /// since the database opened.
+    pub fn split_scan_count(&self) -> u64 {
+        self.scan_stats
+            .split_scans
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
