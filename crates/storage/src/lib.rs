@@ -328,8 +328,7 @@ impl Store {
             end,
             inner: None,
             ts,
-            last: Vec::new(),
-            has_last: false,
+            decided: false,
             error: None,
         };
         match self.kv.snapshot() {
@@ -653,10 +652,14 @@ pub struct ScanIter {
     end: Vec<u8>,
     inner: Option<kv::KvRange>,
     ts: Timestamp,
-    /// The logical key whose visible version was already decided (when
-    /// `has_last`; the buffer is reused, one allocation less per entry).
-    last: Vec<u8>,
-    has_last: bool,
+    /// Whether the visible version of the logical key of the last head
+    /// read was already found (returned, or a tombstone): its older
+    /// versions, which follow it, are then skipped. A key's versions sort
+    /// right after its head and before anything else (layout above), and
+    /// every scan and seek starts at a logical key, so at its head: an
+    /// older version always belongs to the last head read, and no key
+    /// comparison is needed.
+    decided: bool,
     /// An error to return from the next call of `next`.
     error: Option<Error>,
 }
@@ -671,7 +674,7 @@ impl ScanIter {
     /// patched into the vendored redb): a target in the same leaf or under
     /// a nearby branch costs a local search, not a descent from the root.
     pub fn seek(&mut self, key: &[u8]) {
-        self.has_last = false;
+        self.decided = false;
         if key >= self.end.as_slice() {
             self.inner = None;
             return;
@@ -728,8 +731,7 @@ impl ScanIter {
             end: std::mem::replace(&mut self.end, cut.clone()),
             inner: None,
             ts: self.ts,
-            last: Vec::new(),
-            has_last: false,
+            decided: false,
             error: None,
         };
         rest.seek(&cut);
@@ -751,19 +753,20 @@ impl ScanIter {
             return Some(Err(e));
         }
         let inner = self.inner.as_mut()?;
-        let (ts, last, has_last) = (self.ts, &mut self.last, &mut self.has_last);
+        let (ts, decided) = (self.ts, &mut self.decided);
         // `f` is called at most once: the entry it is called on ends the loop.
         let mut f = Some(f);
         loop {
             // Each entry is read in place on its page (`Range::next_with`).
             let step = inner.next_with(|pk, v| -> Result<Option<R>> {
                 let e = decode_entry(pk, v)?;
-                if e.ts > ts || (*has_last && last.as_slice() == e.key) {
-                    return Ok(None); // a version newer than the scan, or an older one
+                if e.head {
+                    *decided = false; // a new logical key
                 }
-                last.clear();
-                last.extend_from_slice(e.key);
-                *has_last = true;
+                if *decided || e.ts > ts {
+                    return Ok(None); // an older version, or one newer than the scan
+                }
+                *decided = true;
                 let Some(value) = e.payload else {
                     return Ok(None); // a tombstone
                 };
