@@ -1167,6 +1167,10 @@ impl ExecutionPlan for SpindleScanExec {
         let stats = context
             .session_config()
             .get_extension::<crate::join_keys::ScanStats>();
+        // Made now, not at the first poll: if this stream is dropped
+        // unpolled (a join whose build side is empty), partition 1 stops
+        // waiting for a half that will not come.
+        let handover = stream.tail.clone().map(CloseOnDrop);
         let lazy = futures::stream::once(async move {
             let points =
                 join_points(&stream.request.chain, lead.as_ref(), &filters).map_err(external)?;
@@ -1178,7 +1182,7 @@ impl ExecutionPlan for SpindleScanExec {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            Ok::<_, DataFusionError>(stream.start(points, stats))
+            Ok::<_, DataFusionError>(stream.start(points, stats, handover))
         })
         .try_flatten()
         .inspect_ok(counted);
@@ -1260,7 +1264,7 @@ impl PartitionStream for ScanStream {
         let stats = ctx
             .session_config()
             .get_extension::<crate::join_keys::ScanStats>();
-        self.start(None, stats)
+        self.start(None, stats, self.tail.clone().map(CloseOnDrop))
     }
 }
 
@@ -1269,11 +1273,14 @@ impl ScanStream {
     /// are read (see [`crate::join_keys`]).
     ///
     /// `stats`, the engine's counters, counts a far half handed to
-    /// partition 1.
+    /// partition 1 through `handover` (this scan's slot, when it was
+    /// planned as two partitions; closed when the thread ends or is
+    /// dropped unstarted, so that partition 1 stops waiting).
     fn start(
         &self,
         points: Option<Arc<Points>>,
         stats: Option<Arc<crate::join_keys::ScanStats>>,
+        handover: Option<CloseOnDrop>,
     ) -> SendableRecordBatchStream {
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 2);
         let tx = builder.tx();
@@ -1282,9 +1289,6 @@ impl ScanStream {
         let snapshots = self.snapshots.clone();
         let mgr = self.mgr.clone();
         let fetch = self.fetch.clone();
-        // Closes the slot when the thread ends, or when the closure is
-        // dropped unrun: partition 1 then stops waiting.
-        let handover = self.tail.clone().map(CloseOnDrop);
         builder.spawn_blocking(move || {
             let Some(snapshots) = snapshots else {
                 return Err(DataFusionError::Internal(
