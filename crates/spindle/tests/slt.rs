@@ -15,8 +15,9 @@
 //!   (`../shared/sqllogictest/sqlite`, see its README): must pass completely.
 //! * `<backend>::sqlite-report/...` — the rest of the corpus (select4,
 //!   select5, evidence/, index/): pass/fail counts are printed, the trial
-//!   passes unless the engine panics. Each file stops starting records after
-//!   a time budget.
+//!   passes unless the engine panics or a statement does not return (the
+//!   hard timeout below). Each file stops starting records after a time
+//!   budget.
 //!
 //! Environment:
 //! * `SPINDLE_SLT_FILTER=substr` — only trials whose name contains `substr`

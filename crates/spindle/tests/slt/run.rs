@@ -444,6 +444,7 @@ pub fn run_trial(spec: FileSpec) -> Result<(), Failed> {
     }
 
     let mut t = tally.lock().unwrap().clone();
+    let hung = abandoned.is_some();
     if let Some(why) = abandoned {
         t.stopped = Some(why);
         t.elapsed = start.elapsed();
@@ -452,7 +453,12 @@ pub fn run_trial(spec: FileSpec) -> Result<(), Failed> {
         Mode::SqliteReport { .. } => {
             let line = format!("{display}: {}", t.summary());
             println!("report {line}\n{}", t.top_kinds(5));
-            REPORTS.lock().unwrap().push(line);
+            REPORTS.lock().unwrap().push(line.clone());
+            // Failed records are only counted here, but a statement that
+            // never returns is a hang, as much a bug as a panic.
+            if hung {
+                return Err(format!("HANG while running {line}").into());
+            }
             Ok(())
         }
         Mode::SqliteStrict | Mode::Own => {
