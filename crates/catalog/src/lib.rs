@@ -297,6 +297,16 @@ impl Catalog {
             .collect()
     }
 
+    /// Whether a table or an index is interleaved directly in `name`: then
+    /// `name`'s key space holds entries that are not its rows.
+    pub fn has_interleaved(&self, name: &str) -> bool {
+        !self.children(name).is_empty()
+            || self
+                .indexes
+                .values()
+                .any(|i| i.interleave_in.as_deref() == Some(name))
+    }
+
     /// The chain of tables from the root down to `name` (inclusive).
     pub fn ancestry(&self, name: &str) -> Result<Vec<&Table>> {
         let mut chain = vec![self.get_table(name)?];

@@ -141,6 +141,10 @@ pub struct ScanRequest {
     /// Predicates tested on each row's bytes before it is decoded (see
     /// [`crate::row_filter`]).
     pub filter: Option<Arc<RowFilter>>,
+    /// Every key in the ranges is a row of the chain's one table: it is a
+    /// root (or a global index) and nothing is interleaved in it. Then a
+    /// scan need not parse each key to tell its rows from other entries.
+    pub alone: bool,
 }
 
 /// The key-range plan derived from a set of filters.
@@ -209,6 +213,9 @@ pub struct SpindleTable {
     txn: TxnHandle,
     indexes: Vec<Arc<IndexPlan>>,
     forced: Forced,
+    /// The table is a root with nothing interleaved in it
+    /// ([`ScanRequest::alone`]).
+    alone: bool,
 }
 
 impl fmt::Debug for SpindleTable {
@@ -236,7 +243,9 @@ impl SpindleTable {
             .into_iter()
             .map(Arc::new)
             .collect();
+        let alone = chain.len() == 1 && !catalog.has_interleaved(&table.name);
         Ok(SpindleTable {
+            alone,
             table: table.clone(),
             chain,
             schema: table_schema(table, include_hidden),
@@ -768,6 +777,8 @@ impl TableProvider for SpindleTable {
                     columns: columns.clone(),
                     limit,
                     filter: RowFilter::plan(&self.table, &unenforced).map(Arc::new),
+                    // Base rows are fetched by key, one at a time.
+                    alone: false,
                 };
                 (ip.chain.clone(), pk_cols, Some(base))
             }
@@ -780,6 +791,12 @@ impl TableProvider for SpindleTable {
             _ => None,
         };
         let request = ScanRequest {
+            // An index's entries are alone in its key space unless it is
+            // interleaved in a table (then its chain is that table's too).
+            alone: match &index {
+                None => self.alone,
+                Some(_) => scan_chain.len() == 1,
+            },
             chain: scan_chain,
             ranges: access.plan.ranges.clone(),
             columns: scan_columns,
@@ -1318,7 +1335,7 @@ impl ScanStream {
             let mut first_sent = false;
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
-                let mut reader = RowReader::with_points(points.clone());
+                let mut reader = RowReader::new(points.clone(), &request);
                 loop {
                     let mut more = true;
                     let pushed = match &fetch {
@@ -1398,7 +1415,7 @@ impl ScanStream {
                 Some(Tail::Inline(inline)) => {
                     let (mut iter, request) = *inline;
                     let mut rows = RowDecoder::new(&request).map_err(external)?;
-                    let mut reader = RowReader::with_points(points);
+                    let mut reader = RowReader::new(points, &request);
                     read_rows(&mut iter, &mut reader, &mut rows, &schema, BATCH_ROWS, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
                 }
             }
@@ -1456,7 +1473,7 @@ impl Tail {
                     RowDecoder::new(&helper_request)
                         .map_err(external)
                         .and_then(|mut rows| {
-                            let mut reader = RowReader::with_points(points);
+                            let mut reader = RowReader::new(points, &helper_request);
                             read_rows(
                                 &mut iter,
                                 &mut reader,
@@ -1544,12 +1561,16 @@ struct RowReader {
     key: Vec<u8>,
     /// The only key ranges to read (a join's keys), when known.
     points: Option<PointCursor>,
+    /// Every entry is a row ([`ScanRequest::alone`]): no row tree to jump
+    /// over, so `last_row` is not kept.
+    alone: bool,
 }
 
 impl RowReader {
-    fn with_points(points: Option<Arc<Points>>) -> RowReader {
+    fn new(points: Option<Arc<Points>>, request: &ScanRequest) -> RowReader {
         RowReader {
             points: points.map(PointCursor::new),
+            alone: request.alone,
             ..RowReader::default()
         }
     }
@@ -1581,8 +1602,10 @@ impl RowReader {
             self.pending_jump = if pushed.is_row() && self.jump_after_rows {
                 Some(spindle_keys::key::prefix_end(key))
             } else if pushed.is_row() {
-                self.last_row.clear();
-                self.last_row.extend_from_slice(key);
+                if !self.alone {
+                    self.last_row.clear();
+                    self.last_row.extend_from_slice(key);
+                }
                 None
             } else if !self.last_row.is_empty() && key.starts_with(&self.last_row) {
                 self.jump_after_rows = true;
@@ -1668,6 +1691,11 @@ pub struct RowDecoder<'a> {
     /// scan splits after its first `FIRST_BATCH_ROWS` rows read, not
     /// decoded, or a selective filter would keep it on one thread.
     read: usize,
+    /// Whether each key is parsed into `spans`: to tell the table's rows
+    /// from other entries of its row trees, and for requested key columns
+    /// and key tests. A scan of a table alone in its key space
+    /// ([`ScanRequest::alone`]) that needs neither skips it.
+    spans_needed: bool,
 }
 
 impl<'a> RowDecoder<'a> {
@@ -1721,7 +1749,6 @@ impl<'a> RowDecoder<'a> {
             .collect();
         Ok(RowDecoder {
             chain: request.chain.iter().collect(),
-            key_positions,
             column_of_id,
             repeats,
             columns,
@@ -1732,6 +1759,10 @@ impl<'a> RowDecoder<'a> {
             rows: 0,
             filter: RowFilterState::new(request.filter.as_deref()),
             read: 0,
+            spans_needed: !request.alone
+                || key_positions.iter().any(Option::is_some)
+                || request.filter.as_ref().is_some_and(|f| f.tests_keys()),
+            key_positions,
         })
     }
 
@@ -1772,7 +1803,7 @@ impl<'a> RowDecoder<'a> {
     /// the row tree or the row filter rejects the row.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> crate::Result<Pushed> {
         // Key columns are located, not decoded; only requested ones are.
-        if !Catalog::key_spans(&self.chain, key, &mut self.spans)? {
+        if self.spans_needed && !Catalog::key_spans(&self.chain, key, &mut self.spans)? {
             return Ok(Pushed::Other);
         }
         self.read += 1;
@@ -2006,6 +2037,7 @@ mod tests {
             columns: vec![2],
             limit: None,
             filter: None,
+            alone: false,
         };
         let v_id = t.columns[2].id;
         let with_v = |v: i64| spindle_keys::row::encode_row(&[(v_id, &Value::Int64(v))]);
@@ -2045,6 +2077,7 @@ mod tests {
             columns: vec![0, 1, 2, 0, 2, 1],
             limit: None,
             filter: None,
+            alone: false,
         };
         let v_id = t.columns[2].id;
         let mut rows = RowDecoder::new(&request).unwrap();

@@ -307,6 +307,13 @@ impl RowFilter {
         Ok(true)
     }
 
+    /// Whether any test reads a key column.
+    pub fn tests_keys(&self) -> bool {
+        self.conds
+            .iter()
+            .any(|c| matches!(c.target, Target::Key(_)))
+    }
+
     /// Whether any test reads a stored column.
     pub fn tests_stored(&self) -> bool {
         !self.stored.is_empty()
