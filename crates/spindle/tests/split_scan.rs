@@ -117,7 +117,11 @@ fn aggregates_over_both_halves_count_every_row_once() {
         assert_eq!(db.engine().split_scan_count(), before + 1);
     }
     // A recursive query resets its recursive term before each run: each
-    // run hands its far half over anew.
+    // run hands its far half over anew. The term runs three times with a
+    // row of `r` and a fourth time with none (`r.n < 4` drops n = 4); that
+    // last run's scan starts at `execute` and may reach its split before
+    // the join, finding no row on its other side, drops it: 3 or 4
+    // hand-overs (a slot not reset would allow only 1).
     let before = db.engine().split_scan_count();
     assert_eq!(
         rows(
@@ -129,7 +133,8 @@ fn aggregates_over_both_halves_count_every_row_once() {
             .map(|n| vec![Value::Int64(n), Value::Int64(if n == 1 { 0 } else { ROWS })])
             .collect::<Vec<_>>()
     );
-    assert_eq!(db.engine().split_scan_count(), before + 3);
+    let handed = db.engine().split_scan_count() - before;
+    assert!((3..=4).contains(&handed), "{handed} hand-overs");
     // A transaction's own writes are merged in (such a scan is read by
     // one thread, whatever its partitions).
     s.run("BEGIN").unwrap();
