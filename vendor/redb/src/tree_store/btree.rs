@@ -6,7 +6,7 @@ use crate::tree_store::btree_base::{
 };
 use crate::tree_store::btree_cursor::{BtreeCursor, BtreeCursorMut, CursorMut, Position};
 use crate::tree_store::btree_iters::{bounds_are_empty, encode_bounds};
-use crate::tree_store::btree_mutator::MutateHelper;
+use crate::tree_store::btree_mutator::{InsertRun, MutateHelper};
 use crate::tree_store::page_store::{Page, PageImpl, PageMut};
 use crate::tree_store::{
     AccessGuardMutInPlace, AllPageNumbersBtreeIter, BtreeCursorRange, BtreeExtractIf,
@@ -363,6 +363,8 @@ pub(crate) struct BtreeMut<K: Key + 'static, V: Value + 'static> {
     // is reused across operations that free committed pages.
     local_freed: Vec<PageNumber>,
     allocated_pages: Arc<PageTracker>,
+    // Spindle (SPINDLE-PATCH.md, change 4): the ascending run `insert` follows.
+    insert_run: InsertRun,
     _key_type: PhantomData<K>,
     _value_type: PhantomData<V>,
 }
@@ -381,6 +383,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
             root,
             freed_pages,
             local_freed: vec![],
+            insert_run: InsertRun::default(),
             allocated_pages,
             _key_type: PhantomData,
             _value_type: PhantomData,
@@ -462,7 +465,8 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
             &self.page_allocator,
             &mut self.local_freed,
             &self.allocated_pages,
-        );
+        )
+        .with_run(&mut self.insert_run);
         let result = operation.insert(key, value);
         merge_freed_pages(&self.freed_pages, &mut self.local_freed);
         let (old_value, _) = result?;

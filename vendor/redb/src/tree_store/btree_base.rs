@@ -942,7 +942,43 @@ impl<'a, 'b> LeafBuilder<'a, 'b> {
             first_split_key_bytes = self.pairs[..division].iter().map(|(k, _)| k.len()).sum();
             first_split_value_bytes = self.pairs[..division].iter().map(|(_, v)| v.len()).sum();
         }
+        self.build_split_at::<K>(division, first_split_key_bytes, first_split_value_bytes)
+    }
 
+    // Spindle (SPINDLE-PATCH.md, change 4): whether splitting after the first `division`
+    // pairs leaves each side within one page (and within a page's pair count).
+    pub(super) fn split_fits(&self, division: usize) -> bool {
+        let n = self.pairs.len();
+        if division == 0 || division >= n || division.max(n - division) > usize::from(u16::MAX) {
+            return false;
+        }
+        let left: usize = self.pairs[..division]
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        let right = self.total_key_bytes + self.total_value_bytes - left;
+        let page = self.page_allocator.get_page_size();
+        self.required_bytes(division, left) <= page
+            && self.required_bytes(n - division, right) <= page
+    }
+
+    // Spindle (SPINDLE-PATCH.md, change 4): the split after the first `division` pairs
+    // (which `split_fits` accepted), for a leaf an ascending run of inserts is filling.
+    pub(super) fn build_split_after<'txn, K: Key>(
+        self,
+        division: usize,
+    ) -> Result<(PageMut<'txn>, Cow<'a, [u8]>, PageMut<'txn>)> {
+        let key_bytes = self.pairs[..division].iter().map(|(k, _)| k.len()).sum();
+        let value_bytes = self.pairs[..division].iter().map(|(_, v)| v.len()).sum();
+        self.build_split_at::<K>(division, key_bytes, value_bytes)
+    }
+
+    fn build_split_at<'txn, K: Key>(
+        self,
+        division: usize,
+        first_split_key_bytes: usize,
+        first_split_value_bytes: usize,
+    ) -> Result<(PageMut<'txn>, Cow<'a, [u8]>, PageMut<'txn>)> {
         let required_size =
             self.required_bytes(division, first_split_key_bytes + first_split_value_bytes);
         let mut page1 = self

@@ -93,11 +93,35 @@ struct InsertionResult<'a, V: Value + 'static> {
     old_value: Option<AccessGuard<'a, V>>,
 }
 
+// Spindle (SPINDLE-PATCH.md, change 4): the last key an insert added to a tree (not an
+// overwrite). An insert that lands right after it continues an ascending run (a bulk load,
+// a table's growing key range): the leaf such an insert overflows is split after the new
+// key, not in the middle, since the run moves on past the keys before it and never
+// refills the half of the leaf an even split would leave empty.
+#[derive(Default)]
+pub(crate) struct InsertRun {
+    key: Vec<u8>,
+    valid: bool,
+}
+
+impl InsertRun {
+    fn follows(&self, previous: &[u8]) -> bool {
+        self.valid && self.key == previous
+    }
+
+    fn record(&mut self, key: &[u8]) {
+        self.key.clear();
+        self.key.extend_from_slice(key);
+        self.valid = true;
+    }
+}
+
 pub(crate) struct MutateHelper<'a, 'b, K: Key, V: Value> {
     root: &'b mut Option<BtreeHeader>,
     page_allocator: &'b PageAllocator,
     freed: &'b mut Vec<PageNumber>,
     allocated: &'b Arc<PageTracker>,
+    run: Option<&'b mut InsertRun>,
     _key_type: PhantomData<K>,
     _value_type: PhantomData<V>,
     _lifetime: ScopedBorrow<'a>,
@@ -115,10 +139,17 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
             page_allocator,
             freed,
             allocated,
+            run: None,
             _key_type: PhantomData,
             _value_type: PhantomData,
             _lifetime: ScopedBorrow::default(),
         }
+    }
+
+    // Spindle (change 4): inserts through this helper note and follow ascending runs.
+    pub(crate) fn with_run(mut self, run: &'b mut InsertRun) -> Self {
+        self.run = Some(run);
+        self
     }
 
     fn conditional_free(&mut self, page_number: PageNumber) {
@@ -754,6 +785,18 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
                 let accessor = LeafAccessor::new(page.memory(), K::fixed_width(), V::fixed_width());
                 let (position, found) = accessor.position::<K>(key);
 
+                // Spindle (change 4): does this insert continue an ascending run?
+                let mut ascending = false;
+                if !found {
+                    if let Some(run) = self.run.as_deref_mut() {
+                        ascending = position > 0
+                            && accessor
+                                .entry(position - 1)
+                                .is_some_and(|e| run.follows(e.key()));
+                        run.record(key);
+                    }
+                }
+
                 // Fast-path to avoid re-building and splitting pages with a single large value
                 if !found && is_single_large_value(&accessor, self.page_allocator.get_page_size()) {
                     let mut builder = LeafBuilder::new(
@@ -973,7 +1016,15 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
                         old_value: existing_value,
                     }
                 } else {
-                    let (new_page1, split_key, new_page2) = builder.build_split::<K>()?;
+                    // Spindle (change 4): an ascending run leaves the keys up to the new one
+                    // (or, if those overflow a page, the keys before it) in a full left page.
+                    let after = [position + 1, position]
+                        .into_iter()
+                        .find(|d| ascending && builder.split_fits(*d));
+                    let (new_page1, split_key, new_page2) = match after {
+                        Some(division) => builder.build_split_after::<K>(division)?,
+                        None => builder.build_split::<K>()?,
+                    };
                     let split_key = split_key.to_vec();
                     let page_number = page.get_page_number();
                     let existing_value = if found {
