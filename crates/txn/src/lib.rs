@@ -118,6 +118,7 @@ use spindle_catalog::Catalog;
 use spindle_storage::splits::{Boundaries, SplitMap};
 use spindle_storage::{Batch, Store, Timestamp, Write};
 
+mod buffer;
 mod locks;
 mod twopc;
 use tracing::{debug, info_span};
@@ -878,7 +879,7 @@ impl TxnManager {
             id: self.next_txn_id.fetch_add(1, Ordering::Relaxed),
             read_ts,
             refreshable,
-            writes: BTreeMap::new(),
+            writes: buffer::WriteBuffer::default(),
             pending: BTreeSet::new(),
             reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
@@ -938,7 +939,7 @@ pub struct Transaction {
     lock_timeout: Option<std::time::Duration>,
     /// Raised to stop a wait for a write lock (a cancel request).
     interrupt: Option<Arc<AtomicBool>>,
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    writes: buffer::WriteBuffer,
     /// Keys of `writes` holding the commit-timestamp placeholder (see
     /// [`Transaction::put_pending`]).
     pending: BTreeSet<Vec<u8>>,
@@ -1151,7 +1152,7 @@ impl Transaction {
         key: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        use std::collections::btree_map::Entry;
+        use buffer::Entry;
         match self.writes.entry(key) {
             Entry::Occupied(mut e) => {
                 readable(&self.pending, e.key())?;
