@@ -10,7 +10,7 @@
 //! ```text
 //!   begin ──► read_ts = store.visible_ts()
 //!   reads ──► write buffer ∪ store@read_ts
-//!   writes ─► write buffer (BTreeMap key → Some(value) | None)
+//!   writes ─► write buffer (key → Some(value) | None, in key order: buffer.rs)
 //!   commit ─► commit lock: validate ─► ts = next_ts() ─► log write set, ts in flight ─► unlock
 //!          ─► apply: one split: one batch            ┐ concurrently with other
 //!                    several: two-phase commit        ┘ commits; flushes shared
