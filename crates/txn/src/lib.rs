@@ -880,6 +880,7 @@ impl TxnManager {
             read_ts,
             refreshable,
             writes: buffer::WriteBuffer::default(),
+            absent: AbsentKeys::default(),
             pending: BTreeSet::new(),
             reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
@@ -940,6 +941,8 @@ pub struct Transaction {
     /// Raised to stop a wait for a write lock (a cancel request).
     interrupt: Option<Arc<AtomicBool>>,
     writes: buffer::WriteBuffer,
+    /// Keys INSERTs found absent, as one stretch of the snapshot.
+    absent: AbsentKeys,
     /// Keys of `writes` holding the commit-timestamp placeholder (see
     /// [`Transaction::put_pending`]).
     pending: BTreeSet<Vec<u8>>,
@@ -1166,17 +1169,18 @@ impl Transaction {
                     }
                 }
             }
-            Entry::Vacant(e) => match self.mgr.store.get(e.key(), self.read_ts)? {
-                Some(present) => {
-                    let key = e.into_key();
-                    self.note_point_read(&key);
-                    Ok(Some((key, present)))
+            Entry::Vacant(e) => {
+                if !self.absent.covers(e.key()) {
+                    if let Some(present) = self.mgr.store.get(e.key(), self.read_ts)? {
+                        let key = e.into_key();
+                        self.note_point_read(&key);
+                        return Ok(Some((key, present)));
+                    }
+                    self.absent.missed(&self.mgr.store, e.key(), self.read_ts)?;
                 }
-                None => {
-                    e.insert(Some(value));
-                    Ok(None)
-                }
-            },
+                e.insert(Some(value));
+                Ok(None)
+            }
         }
     }
 
@@ -1343,6 +1347,8 @@ impl Transaction {
             *active.entry(new_ts).or_insert(0) += 1;
             debug!(from = self.read_ts, to = new_ts, "snapshot refreshed");
             self.read_ts = new_ts;
+            // Keys committed since may fall in the stretch known absent.
+            self.absent.clear();
         }
         Ok(())
     }
@@ -1724,6 +1730,71 @@ impl Iterator for TxnScan {
     }
 }
 
+/// Keys that INSERTs found absent from the store, kept as one stretch of
+/// the transaction's snapshot ([`Transaction::insert_absent`]).
+///
+/// A bulk load probes ascending keys the store does not hold, each a
+/// B-tree lookup (17% of an embedded INSERT's time in `perf`). One scan to
+/// the next live key at the snapshot answers them all:
+///
+/// ```text
+///   store@read_ts:  … 20 07 0c │ no live key here  │ 20 07 0f …
+///                              lo ──────────────── hi (exclusive; none: to the end)
+/// ```
+///
+/// After [`ASCENDING_MISSES`] lookups in a row found ascending keys
+/// absent, the next miss scans for the next live key after it and keeps
+/// `[lo, hi)`; a key inside is absent without a lookup. Random keys rarely
+/// make such a run, so they keep their one lookup each. The snapshot does
+/// not change, so the stretch stays true until `read_ts` moves
+/// (`refresh_for` clears it). An absence is not recorded as a read, with
+/// or without the stretch: the key's write is validated at commit.
+#[derive(Default)]
+struct AbsentKeys {
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    known: bool,
+    last_miss: Vec<u8>,
+    run: u32,
+}
+
+/// Ascending misses before [`AbsentKeys`] scans for the next live key.
+const ASCENDING_MISSES: u32 = 8;
+
+impl AbsentKeys {
+    fn covers(&self, key: &[u8]) -> bool {
+        self.known && key >= self.lo.as_slice() && self.hi.as_deref().is_none_or(|h| key < h)
+    }
+
+    fn clear(&mut self) {
+        self.known = false;
+        self.run = 0;
+    }
+
+    /// `key` was looked up in the store at `ts` and is absent.
+    fn missed(&mut self, store: &Store, key: &[u8], ts: Timestamp) -> Result<()> {
+        self.run = if key > self.last_miss.as_slice() {
+            self.run + 1
+        } else {
+            0
+        };
+        self.last_miss.clear();
+        self.last_miss.extend_from_slice(key);
+        if self.run >= ASCENDING_MISSES {
+            self.run = 0;
+            let next = store
+                .scan(key, None, ts)
+                .next_with(|k, _| k.to_vec())
+                .transpose()?;
+            self.lo.clear();
+            self.lo.extend_from_slice(key);
+            self.hi = next;
+            self.known = true;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1767,6 +1838,73 @@ mod tests {
         let t = m.begin().unwrap();
         assert_eq!(t.get(b"\x20k").unwrap(), Some(b"3".to_vec()));
         assert_eq!(m.locks.len(), 0);
+    }
+
+    /// Ascending INSERTs make [`AbsentKeys`] skip the store's lookup for
+    /// a stretch with no live key; stored keys at and after its end, and
+    /// keys committed after the snapshot moved, are still found.
+    #[test]
+    fn inserts_over_a_stretch_known_absent_still_find_stored_keys() {
+        let m = mgr();
+        let key = |i: u32| format!("\x20t{i:05}").into_bytes();
+        let mut setup = m.begin().unwrap();
+        for i in (0..10).chain([100, 101]) {
+            setup.put(key(i), b"old".to_vec());
+        }
+        setup.commit().unwrap();
+
+        let mut t = m.begin().unwrap();
+        for i in 10..60 {
+            assert_eq!(
+                t.insert_absent(key(i), b"new".to_vec()).unwrap(),
+                None,
+                "{i}"
+            );
+        }
+        assert!(t.absent.known, "the ascending misses made a stretch");
+        assert_eq!(t.absent.hi.as_deref(), Some(key(100).as_slice()));
+        // The stretch's end and a key before it are stored.
+        let present = t.insert_absent(key(100), b"new".to_vec()).unwrap();
+        assert_eq!(present, Some((key(100), b"old".to_vec())));
+        let present = t.insert_absent(key(5), b"new".to_vec()).unwrap();
+        assert_eq!(present, Some((key(5), b"old".to_vec())));
+
+        // Another transaction commits keys inside the stretch; once t's
+        // snapshot moves past them (a refresh for a locked key), t sees them.
+        let mut u = m.begin().unwrap();
+        u.put(key(70), b"u".to_vec());
+        u.put(key(101), b"u".to_vec());
+        u.commit().unwrap();
+        assert_eq!(t.insert_absent(key(69), b"new".to_vec()).unwrap(), None);
+        assert!(t.lock_key(&key(101), true).unwrap());
+        assert!(!t.absent.known, "the refresh forgot the stretch");
+        let present = t.insert_absent(key(70), b"new".to_vec()).unwrap();
+        assert_eq!(present, Some((key(70), b"u".to_vec())));
+        t.commit().unwrap();
+        let r = m.begin().unwrap();
+        assert_eq!(r.get(&key(70)).unwrap(), Some(b"u".to_vec()));
+        assert_eq!(r.get(&key(59)).unwrap(), Some(b"new".to_vec()));
+    }
+
+    /// A key committed after the snapshot inside the stretch is absent to
+    /// the transaction, and its INSERT then conflicts at commit.
+    #[test]
+    fn an_insert_in_the_stretch_of_a_key_committed_meanwhile_conflicts() {
+        let m = mgr();
+        let key = |i: u32| format!("\x20t{i:05}").into_bytes();
+        let mut t = m.begin().unwrap();
+        for i in 0..20 {
+            assert_eq!(t.insert_absent(key(i), b"t".to_vec()).unwrap(), None);
+        }
+        assert!(t.absent.known);
+        let mut u = m.begin().unwrap();
+        u.put(key(30), b"u".to_vec());
+        u.commit().unwrap();
+        assert_eq!(t.insert_absent(key(30), b"t".to_vec()).unwrap(), None);
+        assert!(matches!(t.commit(), Err(Error::Conflict)));
+        let r = m.begin().unwrap();
+        assert_eq!(r.get(&key(30)).unwrap(), Some(b"u".to_vec()));
+        assert_eq!(r.get(&key(0)).unwrap(), None);
     }
 
     #[test]
