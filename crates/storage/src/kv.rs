@@ -177,6 +177,20 @@ impl Kv {
         }
     }
 
+    /// Every physical entry, in key order (tests).
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.snapshot()
+            .unwrap()
+            .range(&[], &[0xFF; 16], false)
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (k.value().to_vec(), v.value().to_vec())
+            })
+            .collect()
+    }
+
     /// Makes every commit so far durable (one `fsync` of the data file).
     pub(crate) fn sync(&self) -> Result<()> {
         let mut txn = self.db.begin_write().map_err(redb::Error::from)?;
@@ -295,18 +309,6 @@ mod tests {
         .unwrap()
     }
 
-    fn contents(kv: &Kv) -> Vec<(Vec<u8>, Vec<u8>)> {
-        kv.snapshot()
-            .unwrap()
-            .range(b"", b"\xFF\xFF", false)
-            .unwrap()
-            .map(|r| {
-                let (k, v) = r.unwrap();
-                (k.value().to_vec(), v.value().to_vec())
-            })
-            .collect()
-    }
-
     /// A bulk load into a key range with keys after it (another table,
     /// the store's metadata) is an ascending run in the middle of the
     /// B-tree: redb's own fast path only packs the tree's last leaf, so
@@ -343,7 +345,7 @@ mod tests {
         }
         let fill = leaf_fill(&kv);
         assert!(fill > 0.8, "leaves {:.0}% full", fill * 100.0);
-        let got = contents(&kv);
+        let got = kv.entries();
         assert_eq!(got.len(), 1 + 50 + 10_000 + 10_000);
         assert!(got.windows(2).all(|w| w[0].0 < w[1].0));
     }
@@ -373,7 +375,7 @@ mod tests {
         .unwrap();
         let fill = leaf_fill(&kv);
         assert!(fill > 0.6, "leaves {:.0}% full", fill * 100.0);
-        assert_eq!(contents(&kv).len(), 10_000);
+        assert_eq!(kv.entries().len(), 10_000);
     }
 
     /// Ascending runs at random places, random inserts, overwrites and
@@ -444,7 +446,7 @@ mod tests {
                     model = staged;
                 }
                 let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
-                prop_assert_eq!(contents(&kv), want);
+                prop_assert_eq!(kv.entries(), want);
                 Ok(())
             })
             .unwrap();

@@ -1166,15 +1166,7 @@ mod tests {
 
     /// Every physical entry of the store.
     fn entries(s: &Store) -> Vec<(Vec<u8>, Vec<u8>)> {
-        s.kv.snapshot()
-            .unwrap()
-            .range(&[], &[0xFF; 16], false)
-            .unwrap()
-            .map(|r| {
-                let (k, v) = r.unwrap();
-                (k.value().to_vec(), v.value().to_vec())
-            })
-            .collect()
+        s.kv.entries()
     }
 
     /// The log holds versions, not the physical writes they resolved to:
