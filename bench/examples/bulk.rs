@@ -1,10 +1,11 @@
 //! Bulk insert timed in two parts: the statements and the COMMIT (the
 //! figures bench/README.md's bulk-insert section quotes). One `Session`
 //! runs `INSERT … VALUES ($1, $2, $3)` N times (default 100 000) inside
-//! `BEGIN … COMMIT`, three times, into new tables of a temporary database:
+//! `BEGIN … COMMIT`, three times, into new tables of a temporary database
+//! (with `index`, each table has a secondary index on `v`):
 //!
 //! ```text
-//! cargo build --release -p spindle-bench --example bulk && target/release/examples/bulk 100000
+//! cargo build --release -p spindle-bench --example bulk && target/release/examples/bulk 100000 [index]
 //! ```
 
 use std::error::Error;
@@ -17,6 +18,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(s) => s.parse()?,
         None => 100_000,
     };
+    let index = std::env::args().nth(2).as_deref() == Some("index");
     let dir = tempfile::tempdir()?;
     let db = Database::open(dir.path().join("spindle"))?;
     let mut se = db.session();
@@ -25,6 +27,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             &format!("CREATE TABLE b{run} (id bigint NOT NULL, v bigint NOT NULL, s varchar(100), PRIMARY KEY (id))"),
             &[],
         )?;
+        if index {
+            se.execute(&format!("CREATE INDEX b{run}_v ON b{run} (v)"), &[])?;
+        }
         let sql = format!("INSERT INTO b{run} (id, v, s) VALUES ($1, $2, $3)");
         let t = Instant::now();
         se.execute("BEGIN", &[])?;

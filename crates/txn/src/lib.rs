@@ -1134,13 +1134,17 @@ impl Transaction {
     /// and no read to the split's load. A present key is a read like any
     /// other (the caller may decide on it without writing: a duplicate-key
     /// error, `ON CONFLICT DO NOTHING`).
-    pub fn get_for_insert(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get_for_insert(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(w) = self.own_write(key)? {
             return Ok(w.clone());
         }
+        if self.absent.covers(key) {
+            return Ok(None);
+        }
         let found = self.mgr.store.get(key, self.read_ts)?;
-        if found.is_some() {
-            self.note_point_read(key);
+        match &found {
+            Some(_) => self.note_point_read(key),
+            None => self.absent.missed(&self.mgr.store, key, self.read_ts)?,
         }
         Ok(found)
     }
@@ -1868,6 +1872,9 @@ mod tests {
         assert_eq!(present, Some((key(100), b"old".to_vec())));
         let present = t.insert_absent(key(5), b"new".to_vec()).unwrap();
         assert_eq!(present, Some((key(5), b"old".to_vec())));
+        // The probe of an INSERT into a table with indexes uses it too.
+        assert_eq!(t.get_for_insert(&key(80)).unwrap(), None);
+        assert_eq!(t.get_for_insert(&key(100)).unwrap(), Some(b"old".to_vec()));
 
         // Another transaction commits keys inside the stretch; once t's
         // snapshot moves past them (a refresh for a locked key), t sees them.
