@@ -1,11 +1,11 @@
 //! Bulk insert timed in two parts: the statements and the COMMIT (the
 //! figures bench/README.md's bulk-insert section quotes). One `Session`
 //! runs `INSERT … VALUES ($1, $2, $3)` N times (default 100 000) inside
-//! `BEGIN … COMMIT`, three times, into new tables of a temporary database
-//! (with `index`, each table has a secondary index on `v`):
+//! `BEGIN … COMMIT`, RUNS times (default 3), into new tables of a temporary database
+//! (with `index` as the second argument, each table has a secondary index on `v`):
 //!
 //! ```text
-//! cargo build --release -p spindle-bench --example bulk && target/release/examples/bulk 100000 [index]
+//! cargo build --release -p spindle-bench --example bulk && target/release/examples/bulk 100000 [index|-] [RUNS]
 //! ```
 
 use std::error::Error;
@@ -19,10 +19,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         None => 100_000,
     };
     let index = std::env::args().nth(2).as_deref() == Some("index");
+    let runs: usize = match std::env::args().nth(3) {
+        Some(s) => s.parse()?,
+        None => 3,
+    };
     let dir = tempfile::tempdir()?;
     let db = Database::open(dir.path().join("spindle"))?;
     let mut se = db.session();
-    for run in 0..3 {
+    for run in 0..runs {
         se.execute(
             &format!("CREATE TABLE b{run} (id bigint NOT NULL, v bigint NOT NULL, s varchar(100), PRIMARY KEY (id))"),
             &[],

@@ -66,6 +66,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use spindle_keys::{DataType, Direction, KeyLevel, Value};
 
+mod row_codec;
+
+pub use row_codec::RowCodec;
+
 /// Most key columns a table may have.
 pub const MAX_KEY_COLUMNS: usize = 16;
 /// Most levels of interleaving below a root table (a root is depth 1).

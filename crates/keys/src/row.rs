@@ -21,15 +21,26 @@ const FORMAT: u8 = 1;
 
 /// Encodes `(column id, value)` pairs; NULL values are omitted.
 pub fn encode_row(columns: &[(u32, &Value)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + columns.len() * 10);
+    encode_row_iter(columns.iter().copied())
+}
+
+/// [`encode_row`] of pairs an iterator yields (it is walked twice: once
+/// to count the present columns, once to write them).
+pub fn encode_row_iter<'a>(columns: impl Iterator<Item = (u32, &'a Value)> + Clone) -> Vec<u8> {
+    let (present, bytes) = columns
+        .clone()
+        .filter(|(_, v)| !v.is_null())
+        .fold((0usize, 0usize), |(n, b), (_, v)| {
+            (n + 1, b + payload_hint(v))
+        });
+    let mut out = Vec::with_capacity(2 + present * 3 + bytes);
     out.push(FORMAT);
-    let present = columns.iter().filter(|(_, v)| !v.is_null()).count();
     put_varint(&mut out, present as u64);
     for (id, v) in columns {
         if v.is_null() {
             continue;
         }
-        put_varint(&mut out, *id as u64);
+        put_varint(&mut out, id as u64);
         out.push(v.tag());
         match v {
             Value::Null => {}
@@ -49,6 +60,20 @@ pub fn encode_row(columns: &[(u32, &Value)]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// About how many bytes a value's payload takes (for the output's one
+/// allocation; a varint length counts as 2).
+fn payload_hint(v: &Value) -> usize {
+    match v {
+        Value::Null => 0,
+        Value::Bool(_) => 1,
+        Value::Date(_) => 4,
+        Value::Int64(_) | Value::Timestamp(_) | Value::Float64(_) => 8,
+        Value::Numeric(_) => 16,
+        Value::String(s) | Value::Json(s) => 2 + s.len(),
+        Value::Bytes(b) => 2 + b.len(),
+    }
 }
 
 /// Decodes a row into `(column id, value)` pairs in stored order.

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemTable, MemorySchemaProvider, SchemaProvider};
 use datafusion::sql::sqlparser::ast;
-use spindle_catalog::{Catalog, InterleaveKind, OnDelete, Table};
+use spindle_catalog::{Catalog, InterleaveKind, OnDelete, RowCodec, Table};
 use spindle_keys::key::prefix_end;
 use spindle_keys::value::PENDING_COMMIT_TIMESTAMP;
 use spindle_keys::{row, Value};
@@ -361,7 +361,7 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
 
     // Defaults, evaluated once per statement when needed.
     let mut defaults: Vec<Option<Value>> = vec![None; table.columns.len()];
-    let key_idx = table.key_indices();
+    let codec = RowCodec::new(&catalog, &table)?;
     let indexes = IndexPlan::for_table(&catalog, &table.name)?;
     let mut count = 0u64;
     for r in rows {
@@ -390,7 +390,7 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
             &catalog,
             &table,
             &indexes,
-            &key_idx,
+            &codec,
             full,
             &given,
             &on_conflict,
@@ -413,7 +413,12 @@ pub(crate) struct InsertPlan {
     /// Column indexes the values go to.
     targets: Vec<usize>,
     rows: Vec<Vec<Slot>>,
-    key_idx: Vec<usize>,
+    /// The table's key and value layout, worked out once per plan.
+    codec: RowCodec,
+    /// Parameters the slots refer to (the highest `$n`).
+    params_needed: usize,
+    /// Whether a slot is the statement's time.
+    has_now: bool,
     indexes: Vec<IndexPlan>,
 }
 
@@ -502,11 +507,23 @@ pub(crate) fn plan_insert(
         });
         rows.push(slots.collect::<Option<Vec<_>>>()?);
     }
+    let slots = rows.iter().flatten();
+    let params_needed = slots
+        .clone()
+        .filter_map(|s| match s {
+            Slot::Param(i) => Some(i + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let has_now = slots.clone().any(|s| matches!(s, Slot::Now));
     Some(InsertPlan {
         table: table.clone(),
         targets,
         rows,
-        key_idx: table.key_indices(),
+        codec: RowCodec::new(catalog, table).ok()?,
+        params_needed,
+        has_now,
         indexes: IndexPlan::for_table(catalog, &table.name).ok()?,
     })
 }
@@ -519,33 +536,31 @@ pub(crate) fn run_insert(
     plan: &InsertPlan,
     params: &[Value],
 ) -> Result<Option<u64>> {
+    // A missing parameter sends the statement the general way, before
+    // anything is written; with it present every slot resolves.
+    if params.len() < plan.params_needed {
+        return Ok(None);
+    }
     let table = &plan.table;
-    let mut rows = Vec::with_capacity(plan.rows.len());
     // One instant for the whole statement, as on the general path.
-    let now = Slot::Now.resolve(params);
+    let now = if plan.has_now {
+        Slot::Now.resolve(params)
+    } else {
+        None
+    };
     for r in &plan.rows {
-        let Some(values) = r
-            .iter()
-            .map(|s| match s {
+        let mut full = vec![Value::Null; table.columns.len()];
+        for (pos, slot) in plan.targets.iter().zip(r) {
+            let v = match slot {
                 Slot::Now => now.clone(),
                 s => s.resolve(params),
-            })
-            .collect::<Option<Vec<_>>>()
-        else {
-            return Ok(None);
-        };
-        rows.push(values);
-    }
-    for values in rows {
-        let mut full = vec![Value::Null; table.columns.len()];
-        for (pos, v) in plan.targets.iter().zip(values) {
+            }
+            .ok_or_else(|| Error::Internal("an INSERT plan's slot did not resolve".into()))?;
             let col = &table.columns[*pos];
             full[*pos] = coerce(v, &col.data_type, &col.name)?;
         }
-        if let Some((_, kv, _)) =
-            insert_if_absent(ctx, catalog, table, &plan.indexes, &plan.key_idx, &mut full)?
-        {
-            return Err(duplicate_key(table, &kv));
+        if insert_if_absent(ctx, catalog, table, &plan.codec, &plan.indexes, &mut full)?.is_some() {
+            return Err(duplicate_key(table, &key_values(&plan.codec, &full)));
         }
     }
     Ok(Some(plan.rows.len() as u64))
@@ -630,8 +645,7 @@ fn put_row(
 /// A row's stored value, once its NOT NULL and commit-timestamp rules
 /// hold, and whether it holds the commit-timestamp placeholder.
 fn checked_row(table: &Table, full: &[Value]) -> Result<(bool, Vec<u8>)> {
-    check_not_null(table, full)?;
-    let pending = check_commit_timestamps(table, full)?;
+    let pending = row_rules(table, full)?;
     let cols: Vec<(u32, &Value)> = table
         .columns
         .iter()
@@ -640,6 +654,13 @@ fn checked_row(table: &Table, full: &[Value]) -> Result<(bool, Vec<u8>)> {
         .map(|(c, v)| (c.id, v))
         .collect();
     Ok((pending, row::encode_row(&cols)))
+}
+
+/// Checks a row's NOT NULL and commit-timestamp rules; says whether it
+/// holds the commit-timestamp placeholder.
+fn row_rules(table: &Table, full: &[Value]) -> Result<bool> {
+    check_not_null(table, full)?;
+    check_commit_timestamps(table, full)
 }
 
 fn check_not_null(table: &Table, full: &[Value]) -> Result<()> {
@@ -749,32 +770,34 @@ pub(crate) fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Res
 
 /// A row an INSERT found in its way: its storage key, key values and
 /// stored value.
-type ExistingRow = (Vec<u8>, Vec<Value>, Vec<u8>);
+/// The key and stored value of the row an INSERT found in its way.
+type ExistingRow = (Vec<u8>, Vec<u8>);
+
+/// The key values of the row `full` (in key order).
+fn key_values(codec: &RowCodec, full: &[Value]) -> Vec<Value> {
+    codec.key_idx().iter().map(|i| full[*i].clone()).collect()
+}
 
 /// Writes `full` (every column of `table`, the hidden key drawn here) as a
 /// new row after the interleave-in-parent check, unless a row with its key
-/// exists: then nothing is written and the key, key values and stored
-/// value of that row come back.
+/// exists: then nothing is written and the key and stored value of that
+/// row come back (its key values are `key_values(codec, full)`).
 fn insert_if_absent(
     ctx: &StatementContext,
     catalog: &Catalog,
     table: &Table,
+    codec: &RowCodec,
     indexes: &[IndexPlan],
-    key_idx: &[usize],
     full: &mut [Value],
 ) -> Result<Option<ExistingRow>> {
     // Hidden key: a random 64-bit value, so inserts spread over the key
     // space instead of piling onto its end.
     let hidden = table.columns.iter().position(|c| c.hidden);
-    let key_vals =
-        |full: &[Value]| -> Vec<Value> { key_idx.iter().map(|i| full[*i].clone()).collect() };
     let key = loop {
         if let Some(h) = hidden {
             full[h] = Value::Int64(rand::random::<i64>());
         }
-        let key = catalog
-            .encode_key(&table.name, &key_vals(full))
-            .map_err(key_error)?;
+        let key = codec.encode_key(full).map_err(key_error)?;
         if hidden.is_none()
             || ctx
                 .lock()?
@@ -785,10 +808,10 @@ fn insert_if_absent(
             break key;
         }
     };
-    let kv = key_vals(full);
     // Interleave rule: the parent row must exist (IN PARENT only).
     if let Some(il) = &table.interleave {
         if il.kind == InterleaveKind::InParent {
+            let kv = key_values(codec, full);
             let parent = catalog.get_table(&il.parent)?;
             let pkey = catalog
                 .encode_key(&parent.name, &kv[..parent.primary_key.len()])
@@ -809,18 +832,17 @@ fn insert_if_absent(
         // front and probed and written in one search of the write buffer.
         // (Its NOT NULL check so comes before the duplicate-key check, as
         // in PostgreSQL.)
-        let (pending, value) = checked_row(table, full)?;
+        let pending = row_rules(table, full)?;
         if !pending {
-            return Ok(txn
-                .insert_absent(key, value)
-                .map_err(Error::from)?
-                .map(|(key, existing)| (key, kv, existing)));
+            return txn
+                .insert_absent(key, codec.encode_value(full))
+                .map_err(Error::from);
         }
     }
     // Absent: written just below (or the statement, and with it the
     // transaction, fails), which is what `get_for_insert` asks.
     match txn.get_for_insert(&key).map_err(Error::from)? {
-        Some(existing) => Ok(Some((key, kv, existing))),
+        Some(existing) => Ok(Some((key, existing))),
         None => {
             put_row(&mut txn, table, indexes, key, full, None)?;
             Ok(None)
@@ -843,16 +865,16 @@ async fn write_inserted_row(
     catalog: &Catalog,
     table: &Table,
     indexes: &[IndexPlan],
-    key_idx: &[usize],
+    codec: &RowCodec,
     mut full: Vec<Value>,
     given: &[bool],
     on_conflict: &OnConflict,
 ) -> Result<bool> {
-    let Some((key, kv, existing)) =
-        insert_if_absent(ctx, catalog, table, indexes, key_idx, &mut full)?
+    let Some((key, existing)) = insert_if_absent(ctx, catalog, table, codec, indexes, &mut full)?
     else {
         return Ok(true);
     };
+    let kv = key_values(codec, &full);
     let current = stored_row(table, &kv, &existing)?;
     match on_conflict {
         OnConflict::Error => Err(duplicate_key(table, &kv)),
