@@ -2,7 +2,10 @@
 //! figures bench/README.md's bulk-insert section quotes). One `Session`
 //! runs `INSERT … VALUES ($1, $2, $3)` N times (default 100 000) inside
 //! `BEGIN … COMMIT`, RUNS times (default 3), into new tables of a temporary database
-//! (with `index` as the second argument, each table has a secondary index on `v`):
+//! (with `index` as the second argument, each table has a secondary index on `v`),
+//! then times a point read right after each COMMIT ("read after": the
+//! commit is acknowledged once its log record is durable, and the read's
+//! snapshot waits until the data file has it):
 //!
 //! ```text
 //! cargo build --release -p spindle-bench --example bulk && target/release/examples/bulk 100000 [index|-] [RUNS]
@@ -47,11 +50,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         let statements = t.elapsed();
         se.execute("COMMIT", &[])?;
         let total = t.elapsed();
+        // A read right after: its snapshot waits until the data file has
+        // the commit (the COMMIT returned once the log was durable).
+        se.query(&format!("SELECT v FROM b{run} WHERE id = 0"), &[])?;
+        let readable = t.elapsed();
         println!(
-            "run {run}: statements {statements:?} ({:.0} ns/row), commit {:?}, {:.0} rows/s",
+            "run {run}: statements {statements:?} ({:.0} ns/row), commit {:?}, {:.0} rows/s, read after {:?}",
             statements.as_nanos() as f64 / n as f64,
             total - statements,
-            n as f64 / total.as_secs_f64()
+            n as f64 / total.as_secs_f64(),
+            readable - total
         );
     }
     Ok(())

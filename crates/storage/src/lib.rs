@@ -6,7 +6,8 @@
 //! before it; a commit appends its versions to the write-ahead log
 //! ([`wal`]), whose applier thread writes them in one redb write
 //! transaction (not synced) while the committer flushes the log (one
-//! `write`, one `fdatasync`), so a crash
+//! `write`, one `fdatasync`; the commit is acknowledged then, and a
+//! snapshot waits until the applier is done: [`Store::wait_readable`]), so a crash
 //! leaves either all of a commit or none of it, and an acknowledged commit
 //! is replayed if the data file had not yet made it durable.
 //!
@@ -124,8 +125,13 @@ pub type Write = (Vec<u8>, Option<Vec<u8>>);
 /// The multi-version store.
 pub struct Store {
     kv: std::sync::Arc<kv::Kv>,
-    /// Highest timestamp whose commit is fully applied; readers use it.
+    /// Highest published timestamp: every commit at or below it is
+    /// durable and finished; snapshots read at it once
+    /// [`Store::wait_readable`] returns.
     visible_ts: AtomicU64,
+    /// Every batch of a commit at or below `visible_ts` has a log record
+    /// at or below this LSN (stored before `visible_ts` moves).
+    visible_lsn: AtomicU64,
     temporary: bool,
     /// The write-ahead log that makes commits durable ([`wal`]); `None`
     /// for temporary stores.
@@ -184,6 +190,7 @@ impl Store {
         Ok(Store {
             kv,
             visible_ts: AtomicU64::new(last),
+            visible_lsn: AtomicU64::new(0),
             temporary,
             durable: None,
         })
@@ -194,9 +201,22 @@ impl Store {
     }
 
     /// The newest fully committed timestamp: a snapshot at it sees every
-    /// acknowledged commit.
+    /// acknowledged commit once [`Store::wait_readable`] returns.
     pub fn visible_ts(&self) -> Timestamp {
         self.visible_ts.load(Ordering::Acquire)
+    }
+
+    /// Waits until the data file holds every commit published so far (at
+    /// or below any [`Store::visible_ts`] read before the call): a commit
+    /// is acknowledged once its log record is durable
+    /// ([`Store::flush_durable`]), and its batch may still be on its way
+    /// into the data file then. Returns at once when it is there already
+    /// (the common case: the apply runs during the log's sync).
+    pub fn wait_readable(&self) -> Result<()> {
+        match &self.durable {
+            Some(wal) => wal.wait_applied_to(self.visible_lsn.load(Ordering::Acquire)),
+            None => Ok(()),
+        }
     }
 
     /// Applies all `writes` at `ts` atomically and durably, and makes `ts`
@@ -254,6 +274,29 @@ impl Store {
         }
     }
 
+    /// Holds the log's applier before its next batch until the guard is
+    /// dropped (`None` for a temporary store, which has none): tests use
+    /// it to keep an acknowledged commit out of the data file for a while.
+    #[doc(hidden)]
+    pub fn pause_applier(&self) -> Result<Option<std::sync::MutexGuard<'_, ()>>> {
+        self.durable
+            .as_ref()
+            .map(wal::Wal::pause_applier)
+            .transpose()
+    }
+
+    /// [`Store::flush`] that returns once the log is durable, without
+    /// waiting for the batches to reach the data file: a commit that
+    /// publishes its timestamp after it relies on readers calling
+    /// [`Store::wait_readable`] (the transaction layer does, for every
+    /// snapshot it takes).
+    pub fn flush_durable(&self) -> Result<()> {
+        match &self.durable {
+            Some(wal) => wal.flush_durable(),
+            None => Ok(()),
+        }
+    }
+
     /// Group commit on (the default: a background thread syncs the log as
     /// soon as a commit appends to it, and one sync serves every commit
     /// waiting for it) or off (each [`Store::flush`] syncs the log itself:
@@ -270,8 +313,14 @@ impl Store {
         self.durable.as_ref().map_or(0, wal::Wal::sync_count)
     }
 
-    /// Makes commits up to `ts` visible to new snapshots.
+    /// Makes commits up to `ts` visible to new snapshots. Their batches
+    /// were all submitted before the call, so the log's last LSN now bounds
+    /// them; it is stored first, so a reader that sees `ts` waits for it.
     pub fn publish(&self, ts: Timestamp) {
+        if let Some(wal) = &self.durable {
+            self.visible_lsn
+                .fetch_max(wal.appended_lsn(), Ordering::AcqRel);
+        }
         self.visible_ts.fetch_max(ts, Ordering::AcqRel);
     }
 
@@ -1210,6 +1259,36 @@ mod tests {
         assert_eq!(entries(&s), expect);
         assert_eq!(s.visible_ts(), 91);
         assert_eq!(s.get(&k("1"), 4).unwrap(), Some(b"older".to_vec()));
+    }
+
+    #[test]
+    fn a_durable_commit_is_readable_once_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let pause = s.pause_applier().unwrap().unwrap();
+        let mut b = Batch::default();
+        b.versions(5, &[(k("a"), Some(b"a5".to_vec()))]);
+        b.set_last_commit_ts(5);
+        s.apply_unsynced(b).unwrap();
+        // Durable (and published) with the applier held: the batch is not
+        // in the data file yet, and a reader waits for it.
+        s.flush_durable().unwrap();
+        s.publish(5);
+        assert_eq!(s.get(&k("a"), 5).unwrap(), None);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                s.wait_readable().unwrap();
+                s.get(&k("a"), s.visible_ts()).unwrap()
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(!reader.is_finished(), "read before the apply");
+            drop(pause);
+            assert_eq!(reader.join().unwrap(), Some(b"a5".to_vec()));
+        });
+        // Reopened: the record was durable.
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.get(&k("a"), 5).unwrap(), Some(b"a5".to_vec()));
     }
 
     #[test]

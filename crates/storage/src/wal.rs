@@ -43,7 +43,11 @@
 //! data pages were changed before the commit). The flush returns once the
 //! log is durable and the data file has every batch submitted before it
 //! was called: the B-tree update (~70 µs for a TPC-B commit) runs during
-//! the `fdatasync` (~200 µs here) instead of before it. A flush that finds
+//! the `fdatasync` (~200 µs here) instead of before it. A commit uses
+//! [`Wal::flush_durable`], which does not wait for the apply: a bulk
+//! load's B-tree update outlasts the log write, and the commit is
+//! acknowledged once durable; readers wait for the apply instead
+//! ([`Wal::wait_applied_to`], through `Store::wait_readable`). A flush that finds
 //! another committer's sync in progress waits for it, then syncs what is
 //! still pending (group commit: one sync covers every record appended
 //! before it began).
@@ -56,8 +60,9 @@
 //!   transaction also writes its LSN to `meta/wal_lsn`, so the data file's
 //!   state after any crash (its last durable commit, whole) holds exactly
 //!   the records up to the LSN it stores.
-//! * A batch is readable (in a snapshot) only after its flush returned, so
-//!   a commit becomes visible only once applied and durable; callers that
+//! * A commit becomes visible (its timestamp published) only once its
+//!   record is durable, and a snapshot reads only once every published
+//!   commit's batch is applied (`Store::wait_readable`); callers that
 //!   apply without a flush and then read use [`Wal::wait_applied`].
 //! * A record may be durable before its batch is applied. If the apply
 //!   then fails, the record would still be replayed after a restart, so the
@@ -193,6 +198,8 @@ struct Shared {
     /// `fdatasync`s of the log so far.
     syncs: AtomicU64,
     checkpoint_bytes: AtomicU64,
+    /// Held by the applier while it writes a group ([`Wal::pause_applier`]).
+    pause: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -313,6 +320,9 @@ impl Shared {
                 continue; // dropped: the log stopped before them
             }
             let group = merge_group(jobs);
+            let Ok(_running) = lock(&self.pause) else {
+                return self.fail();
+            };
             match kv.write(|t| {
                 (self.apply)(t, &group)?;
                 write_lsn(t, lsn)
@@ -448,6 +458,7 @@ impl Wal {
             stop: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
             checkpoint_bytes: AtomicU64::new(CHECKPOINT_BYTES),
+            pause: Mutex::new(()),
         });
         let (s, k) = (shared.clone(), kv.clone());
         let applier = std::thread::Builder::new()
@@ -491,6 +502,18 @@ impl Wal {
     /// call syncs once itself. Checkpoints when the log has grown past its
     /// size.
     pub(crate) fn flush(&self) -> Result<()> {
+        self.flush_then(true)
+    }
+
+    /// [`Wal::flush`] that returns once the records are durable, whether
+    /// or not the applier has written their batches to the data file yet
+    /// (a commit's acknowledgement; readers wait for the apply instead, in
+    /// [`Wal::wait_applied_to`]). A checkpoint still waits for it.
+    pub(crate) fn flush_durable(&self) -> Result<()> {
+        self.flush_then(false)
+    }
+
+    fn flush_then(&self, wait_applied: bool) -> Result<()> {
         let s = &self.shared;
         s.check()?;
         let target = s.appended_lsn.load(Ordering::Acquire);
@@ -505,7 +528,9 @@ impl Wal {
             }
             checkpoint = out.pos >= s.checkpoint_bytes.load(Ordering::Relaxed);
         }
-        s.wait_applied(target)?;
+        if wait_applied {
+            s.wait_applied(target)?;
+        }
         if checkpoint {
             let mut out = lock(&s.output)?;
             if out.pos >= s.checkpoint_bytes.load(Ordering::Relaxed) {
@@ -530,6 +555,29 @@ impl Wal {
         let target = s.appended_lsn.load(Ordering::Acquire);
         s.wake_applier(target);
         s.wait_applied(target)
+    }
+
+    /// The LSN of the last record submitted: every batch submitted so far
+    /// is in the data file once [`Wal::wait_applied_to`] of it returns.
+    pub(crate) fn appended_lsn(&self) -> u64 {
+        self.shared.appended_lsn.load(Ordering::Acquire)
+    }
+
+    /// Waits until every batch up to `lsn` is in the data file (at once
+    /// when it is already).
+    pub(crate) fn wait_applied_to(&self, lsn: u64) -> Result<()> {
+        let s = &self.shared;
+        if s.applied_lsn.load(Ordering::Acquire) >= lsn {
+            return s.check();
+        }
+        s.wake_applier(lsn);
+        s.wait_applied(lsn)
+    }
+
+    /// Stops the applier before its next group until the guard is dropped
+    /// (tests hold a commit's batch out of the data file with it).
+    pub(crate) fn pause_applier(&self) -> Result<MutexGuard<'_, ()>> {
+        lock(&self.shared.pause)
     }
 
     /// Group commit on (the default: flushes share syncs) or off (every

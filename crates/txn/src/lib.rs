@@ -8,7 +8,7 @@
 //! timestamp.
 //!
 //! ```text
-//!   begin ──► read_ts = store.visible_ts()
+//!   begin ──► read_ts = store.visible_ts() ─► wait until the data file has it (store.wait_readable)
 //!   reads ──► write buffer ∪ store@read_ts
 //!   writes ─► write buffer (key → Some(value) | None, in key order: buffer.rs)
 //!   commit ─► commit lock: validate ─► ts = next_ts() ─► log write set, ts in flight ─► unlock
@@ -25,10 +25,17 @@
 //! one-split commit, the steps of two-phase commit otherwise — happens
 //! outside it, so commits of different splits apply at the same time and a
 //! slow two-phase commit does not stop others. Durability is group commit,
-//! in the store: a commit's log record is synced by a background thread
-//! while the commit still updates the data file, and one sync covers every
+//! in the store: a commit's log record is synced while the store's applier
+//! thread writes its batch into the data file, and one sync covers every
 //! commit appended before it began (`TxnManager::make_durable`,
-//! `spindle_storage::Store::flush`).
+//! `spindle_storage::Store::flush_durable`). The commit is acknowledged
+//! once the log is durable, whether or not the apply has finished (a bulk
+//! load's B-tree update takes longer than the log write); every snapshot
+//! instead waits, when it is taken or moved forward, until the data file
+//! holds every commit it may see (`Store::wait_readable`: an atomic load
+//! when the apply is done, the usual case). This is Spanner's safe time: a
+//! read at a timestamp waits until the replica has applied everything up
+//! to it.
 //!
 //! Commits finish in any order, but become visible in timestamp order: the
 //! store's visible timestamp never passes the oldest commit still in flight
@@ -397,6 +404,8 @@ impl TxnManager {
             .min_read_ts()
             .min(self.store.visible_ts())
             .min(oldest_snapshot.unwrap_or(Timestamp::MAX));
+        // Every commit at or below the horizon in the data file first.
+        self.store.wait_readable()?;
         Ok(self.store.gc(horizon)?)
     }
 
@@ -426,11 +435,12 @@ impl TxnManager {
     }
 
     /// Waits until every batch this thread applied before the call is on
-    /// disk. The store does group commit: its log syncer starts a sync as
-    /// soon as a batch is appended, and one sync covers every batch
-    /// appended before it began.
+    /// disk (in the log: the store's applier may still be writing it to
+    /// the data file, and snapshots wait for that in
+    /// [`Store::wait_readable`]). The store does group commit: one sync
+    /// covers every batch appended before it began.
     fn make_durable(&self) -> Result<()> {
-        Ok(self.store.flush()?)
+        Ok(self.store.flush_durable()?)
     }
 
     /// How many times the store's log has been synced (benchmarks report
@@ -604,8 +614,8 @@ impl TxnManager {
             self.abandon_commit();
             return Err(e);
         }
-        // The flush also waited until step 2 was applied: readable, not yet
-        // published.
+        // Durable, not yet published (snapshots taken after the
+        // publication wait until step 2 is in the data file).
         let finished = self.check_crash(CrashPoint::Committed);
         if finished.is_err() {
             // Committed; only the publication is left, and recovery makes
@@ -805,6 +815,9 @@ impl TxnManager {
     ) -> Option<Vec<(Vec<u8>, u64, u64)>> {
         let start = map.splits().get(idx)?.start.clone();
         let end = map.end_of(idx).map(|e| e.to_vec());
+        // `ts` is the commit being finished: its batch (and every earlier
+        // one) in the data file first.
+        self.store.wait_applied().ok()?;
         let mut out: Vec<(Vec<u8>, u64, u64)> = Vec::new();
         for item in self.store.scan(&start, end.as_deref(), ts) {
             let (k, v) = item.ok()?;
@@ -831,7 +844,18 @@ impl TxnManager {
             *active.entry(ts).or_insert(0) += 1;
             ts
         };
-        let catalog = self.catalog_at(read_ts)?;
+        let catalog = self
+            .store
+            .wait_readable()
+            .map_err(Error::from)
+            .and_then(|_| self.catalog_at(read_ts));
+        let catalog = match catalog {
+            Ok(c) => c,
+            Err(e) => {
+                self.end(read_ts);
+                return Err(e);
+            }
+        };
         debug!(read_ts, "begin");
         Ok(self.transaction(read_ts, catalog, true))
     }
@@ -857,7 +881,11 @@ impl TxnManager {
             *active.entry(read_ts).or_insert(0) += 1;
             read_ts
         };
-        let catalog = self.catalog_at(read_ts);
+        let catalog = self
+            .store
+            .wait_readable()
+            .map_err(Error::from)
+            .and_then(|_| self.catalog_at(read_ts));
         let catalog = match catalog {
             Ok(c) => c,
             Err(e) => {
@@ -1353,6 +1381,9 @@ impl Transaction {
             self.read_ts = new_ts;
             // Keys committed since may fall in the stretch known absent.
             self.absent.clear();
+            drop(active);
+            drop(log);
+            self.mgr.store.wait_readable()?;
         }
         Ok(())
     }
@@ -1842,6 +1873,54 @@ mod tests {
         let t = m.begin().unwrap();
         assert_eq!(t.get(b"\x20k").unwrap(), Some(b"3".to_vec()));
         assert_eq!(m.locks.len(), 0);
+    }
+
+    /// A commit is acknowledged once its log record is durable, even with
+    /// the store's applier held; a snapshot taken after it, or moved past
+    /// it by a lock, waits until the data file has it, then sees it.
+    #[test]
+    fn snapshots_after_a_commit_wait_until_it_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+        let (k, other) = (b"\x20k".to_vec(), b"\x20o".to_vec());
+        let mut setup = m.begin().unwrap();
+        setup.put(other.clone(), b"x".to_vec());
+        setup.commit().unwrap();
+        let mut stale = m.begin().unwrap();
+        assert_eq!(stale.get(&other).unwrap(), Some(b"x".to_vec()));
+
+        std::thread::scope(|scope| {
+            // Inside the scope: a failed assertion drops it before the
+            // scope waits for the threads.
+            let pause = m.store().pause_applier().unwrap().unwrap();
+            let (done, acked) = std::sync::mpsc::channel();
+            let (m1, k1) = (&m, k.clone());
+            scope.spawn(move || {
+                let mut t = m1.begin().unwrap();
+                t.put(k1, b"1".to_vec());
+                done.send(t.commit().map(|_| ())).unwrap();
+            });
+            let acked = acked.recv_timeout(std::time::Duration::from_secs(10));
+            assert!(
+                matches!(acked, Ok(Ok(()))),
+                "the commit waited for the applier: {acked:?}"
+            );
+            let fresh = scope.spawn(|| m.begin().unwrap().get(&k).unwrap());
+            let k2 = k.clone();
+            let moved = scope.spawn(move || {
+                assert!(stale.lock_key(&k2, true).unwrap());
+                stale.get(&k2).unwrap()
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(!fresh.is_finished(), "a new snapshot read before the apply");
+            assert!(
+                !moved.is_finished(),
+                "a refreshed snapshot read before the apply"
+            );
+            drop(pause);
+            assert_eq!(fresh.join().unwrap(), Some(b"1".to_vec()));
+            assert_eq!(moved.join().unwrap(), Some(b"1".to_vec()));
+        });
     }
 
     /// Ascending INSERTs make [`AbsentKeys`] skip the store's lookup for
