@@ -32,6 +32,27 @@
 //! # }
 //! ```
 //!
+//! A statement run many times is parsed once with [`Session::prepare`]:
+//!
+//! ```
+//! # use spindle::{Database, Value};
+//! # fn main() -> spindle::Result<()> {
+//! let db = Database::open_in_memory()?;
+//! let mut s = db.session();
+//! s.execute("CREATE TABLE t (id bigint NOT NULL, v text, PRIMARY KEY (id))", &[])?;
+//! let insert = s.prepare("INSERT INTO t (id, v) VALUES ($1, $2)")?;
+//! s.execute("BEGIN", &[])?;
+//! for i in 0..100 {
+//!     s.execute_prepared(&insert, &[Value::Int64(i), Value::String(format!("row {i}"))])?;
+//! }
+//! s.execute("COMMIT", &[])?;
+//! let get = s.prepare("SELECT v FROM t WHERE id = $1")?;
+//! let rows = s.query_prepared(&get, &[Value::Int64(42)])?;
+//! assert_eq!(rows.rows()?[0].get::<String>(0)?, "row 42");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The API is synchronous; it drives the async engine on a runtime the
 //! [`Database`] owns. Async callers (the wire server) use
 //! [`Session::execute_async`].
@@ -218,6 +239,16 @@ pub struct Session {
     runtime: Arc<tokio::runtime::Runtime>,
 }
 
+/// SQL parsed once by [`Session::prepare`] and run many times with
+/// parameters ([`Session::execute_prepared`], [`Session::query_prepared`]):
+/// each run skips finding the text's parse. It follows schema changes (a
+/// statement's cached plan is remade when the catalog it was made against
+/// changed), and any session of the same database may run it.
+#[derive(Clone, Debug)]
+pub struct Statement {
+    parsed: Arc<spindle_sql::plan_cache::Parsed>,
+}
+
 /// The result of one statement.
 #[derive(Debug, Clone)]
 pub enum Output {
@@ -254,6 +285,34 @@ impl Session {
         Ok(out.into_iter().map(Output::from).collect())
     }
 
+    /// Parses `sql` (one or more statements with `$1`, `$2`, … parameters)
+    /// for running many times. A syntax error is returned here (and fails
+    /// an open transaction block, as running the text would).
+    pub fn prepare(&mut self, sql: &str) -> Result<Statement> {
+        Ok(Statement {
+            parsed: self.inner.prepare(sql)?,
+        })
+    }
+
+    fn run_prepared(&mut self, stmt: &Statement, params: &[Value]) -> Result<Vec<Output>> {
+        if let Some(out) = self.inner.execute_parsed_now(&stmt.parsed, params)? {
+            return Ok(vec![Output::from(out)]);
+        }
+        let rt = self.runtime.clone();
+        let out = rt.block_on(self.inner.execute_parsed(&stmt.parsed, params))?;
+        Ok(out.into_iter().map(Output::from).collect())
+    }
+
+    /// [`Session::execute`] of a prepared statement.
+    pub fn execute_prepared(&mut self, stmt: &Statement, params: &[Value]) -> Result<u64> {
+        affected(self.run_prepared(stmt, params)?)
+    }
+
+    /// [`Session::query`] of a prepared statement.
+    pub fn query_prepared(&mut self, stmt: &Statement, params: &[Value]) -> Result<Rows> {
+        returned(self.run_prepared(stmt, params)?)
+    }
+
     /// Async form of [`Session::run`] with parameters, for async callers.
     pub async fn execute_async(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
         let out = self.inner.execute(sql, params).await?;
@@ -263,24 +322,12 @@ impl Session {
     /// Runs one statement with positional parameters (`$1`, `$2`, …);
     /// returns the rows it affected (or returned).
     pub fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        match self.run_with(sql, params)?.pop() {
-            Some(Output::Command { rows, .. }) => Ok(rows),
-            Some(Output::Rows(r)) => Ok(r.num_rows() as u64),
-            None => Ok(0),
-        }
+        affected(self.run_with(sql, params)?)
     }
 
     /// Runs one query with positional parameters.
     pub fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        match self.run_with(sql, params)?.pop() {
-            Some(Output::Rows(r)) => Ok(r),
-            Some(Output::Command { tag, .. }) => Err(Error {
-                inner: ErrorKind::Type(format!("statement returned no rows ({tag})")),
-            }),
-            None => Err(Error {
-                inner: ErrorKind::Type("empty query".into()),
-            }),
-        }
+        returned(self.run_with(sql, params)?)
     }
 
     pub fn in_transaction(&self) -> bool {
@@ -292,6 +339,28 @@ impl Session {
     /// `PENDING_COMMIT_TIMESTAMP()` writes received.
     pub fn last_commit_timestamp(&self) -> Option<i64> {
         self.inner.last_commit_timestamp()
+    }
+}
+
+/// The rows the last statement affected (or returned).
+fn affected(mut out: Vec<Output>) -> Result<u64> {
+    match out.pop() {
+        Some(Output::Command { rows, .. }) => Ok(rows),
+        Some(Output::Rows(r)) => Ok(r.num_rows() as u64),
+        None => Ok(0),
+    }
+}
+
+/// The rows the last statement returned; an error if it returns none.
+fn returned(mut out: Vec<Output>) -> Result<Rows> {
+    match out.pop() {
+        Some(Output::Rows(r)) => Ok(r),
+        Some(Output::Command { tag, .. }) => Err(Error {
+            inner: ErrorKind::Type(format!("statement returned no rows ({tag})")),
+        }),
+        None => Err(Error {
+            inner: ErrorKind::Type("empty query".into()),
+        }),
     }
 }
 

@@ -929,6 +929,41 @@ impl Session {
         self.execute_fast(&parsed, params)
     }
 
+    /// Parses `sql` once for [`Session::execute_parsed_now`] and
+    /// [`Session::execute_parsed`] (the embedded API's prepared
+    /// statements). A syntax error fails an open transaction block, as
+    /// running the text would.
+    pub fn prepare(&mut self, sql: &str) -> Result<Arc<Parsed>> {
+        self.engine.parse_cached(sql).inspect_err(|_| self.fail())
+    }
+
+    /// [`Session::execute_now`] of statements parsed before
+    /// ([`Session::prepare`]), without looking their text up again. Their
+    /// fast plan is remade when the catalog changed since it was made.
+    pub fn execute_parsed_now(
+        &mut self,
+        parsed: &Parsed,
+        params: &[Value],
+    ) -> Result<Option<Output>> {
+        match self.execute_fast(parsed, params)? {
+            Fast::Done(_, out) => Ok(Some(out)),
+            Fast::Declined | Fast::Conflicted(_) => Ok(None),
+        }
+    }
+
+    /// [`Session::execute`] of statements parsed before
+    /// ([`Session::prepare`]).
+    pub async fn execute_parsed(
+        &mut self,
+        parsed: &Parsed,
+        params: &[Value],
+    ) -> Result<Vec<Output>> {
+        if let Some((_, out)) = self.retry_fast(|s| s.execute_fast(parsed, params)).await? {
+            return Ok(vec![out]);
+        }
+        Box::pin(self.execute_general_parsed(parsed, params)).await
+    }
+
     /// The statements of `sql`, bound and run the general way.
     async fn execute_general(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Output>> {
         let parsed = match self.engine.parse_cached(sql) {
@@ -938,6 +973,15 @@ impl Session {
                 return Err(e);
             }
         };
+        self.execute_general_parsed(&parsed, params).await
+    }
+
+    /// `parsed`'s statements, bound and run the general way.
+    async fn execute_general_parsed(
+        &mut self,
+        parsed: &Parsed,
+        params: &[Value],
+    ) -> Result<Vec<Output>> {
         let stmts = bind::bind_params(parsed.stmts.clone(), params)?;
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in stmts {

@@ -1,0 +1,110 @@
+//! The embedded API's prepared statements: run many times, across
+//! transactions and sessions, following schema changes, with the same
+//! errors (and SQLSTATEs) as the statement's text.
+
+use spindle::{Database, Value};
+
+fn db() -> Database {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE t (id bigint NOT NULL, v text, PRIMARY KEY (id))",
+        &[],
+    )
+    .unwrap();
+    db
+}
+
+#[test]
+fn a_prepared_statement_runs_many_times_in_any_session() {
+    let db = db();
+    let mut s = db.session();
+    let insert = s.prepare("INSERT INTO t (id, v) VALUES ($1, $2)").unwrap();
+    s.execute("BEGIN", &[]).unwrap();
+    for i in 0..50 {
+        let n = s
+            .execute_prepared(&insert, &[Value::Int64(i), Value::String(format!("v{i}"))])
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    s.execute("COMMIT", &[]).unwrap();
+    // Another session runs the same handle, in autocommit.
+    let mut other = db.session();
+    other
+        .execute_prepared(&insert, &[Value::Int64(50), Value::Null])
+        .unwrap();
+    let get = other.prepare("SELECT v FROM t WHERE id = $1").unwrap();
+    let rows = s.query_prepared(&get, &[Value::Int64(7)]).unwrap();
+    assert_eq!(rows.rows().unwrap()[0].get::<String>(0).unwrap(), "v7");
+    let count = s.prepare("SELECT count(*) FROM t").unwrap();
+    let rows = s.query_prepared(&count, &[]).unwrap();
+    assert_eq!(rows.rows().unwrap()[0].get::<i64>(0).unwrap(), 51);
+    // A statement that returns no rows is not a query.
+    assert!(s
+        .query_prepared(&insert, &[Value::Int64(99), Value::Null])
+        .is_err());
+}
+
+#[test]
+fn a_prepared_statement_follows_schema_changes() {
+    let db = db();
+    let mut s = db.session();
+    let insert = s.prepare("INSERT INTO t (id, v) VALUES ($1, $2)").unwrap();
+    let all = s.prepare("SELECT * FROM t WHERE id = $1").unwrap();
+    s.execute_prepared(&insert, &[Value::Int64(1), Value::String("a".into())])
+        .unwrap();
+    assert_eq!(
+        s.query_prepared(&all, &[Value::Int64(1)])
+            .unwrap()
+            .column_names(),
+        ["id", "v"]
+    );
+    s.execute("ALTER TABLE t ADD COLUMN w bigint", &[]).unwrap();
+    s.execute_prepared(&insert, &[Value::Int64(2), Value::String("b".into())])
+        .unwrap();
+    let rows = s.query_prepared(&all, &[Value::Int64(2)]).unwrap();
+    assert_eq!(rows.column_names(), ["id", "v", "w"]);
+    assert_eq!(rows.rows().unwrap()[0].values()[2], Value::Null);
+    // Gone: the same error as the text's.
+    s.execute("DROP TABLE t", &[]).unwrap();
+    let e = s
+        .execute_prepared(&insert, &[Value::Int64(3), Value::Null])
+        .unwrap_err();
+    let text = s
+        .execute(
+            "INSERT INTO t (id, v) VALUES ($1, $2)",
+            &[Value::Int64(3), Value::Null],
+        )
+        .unwrap_err();
+    assert_eq!(e.sqlstate(), "42P01", "{e}");
+    assert_eq!(e.sqlstate(), text.sqlstate());
+}
+
+#[test]
+fn a_prepared_statement_reports_what_its_text_would() {
+    let db = db();
+    let mut s = db.session();
+    let e = s.prepare("INSERT INTO t VALUES (").unwrap_err();
+    assert_eq!(e.sqlstate(), "42601", "{e}");
+    // Inside a transaction block the syntax error fails the block.
+    s.execute("BEGIN", &[]).unwrap();
+    assert!(s.prepare("SELEC 1").is_err());
+    let e = s.execute("SELECT 1", &[]).unwrap_err();
+    assert_eq!(e.sqlstate(), "25P02", "{e}");
+    s.execute("ROLLBACK", &[]).unwrap();
+
+    let insert = s.prepare("INSERT INTO t (id, v) VALUES ($1, $2)").unwrap();
+    s.execute_prepared(&insert, &[Value::Int64(1), Value::Null])
+        .unwrap();
+    let dup = s
+        .execute_prepared(&insert, &[Value::Int64(1), Value::Null])
+        .unwrap_err();
+    assert_eq!(dup.sqlstate(), "23505", "{dup}");
+    // A missing parameter: nothing written, the text's error.
+    let missing = s.execute_prepared(&insert, &[Value::Int64(2)]).unwrap_err();
+    let text = s
+        .execute("INSERT INTO t (id, v) VALUES ($1, $2)", &[Value::Int64(2)])
+        .unwrap_err();
+    assert_eq!(missing.sqlstate(), text.sqlstate(), "{missing} / {text}");
+    let rows = s.query("SELECT count(*) FROM t", &[]).unwrap();
+    assert_eq!(rows.rows().unwrap()[0].get::<i64>(0).unwrap(), 1);
+}
