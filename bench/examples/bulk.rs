@@ -1,6 +1,6 @@
 //! Bulk insert timed in two parts: the statements and the COMMIT (the
 //! figures bench/README.md's bulk-insert section quotes). One `Session`
-//! runs `INSERT … VALUES ($1, $2, $3)` N times (default 100 000) inside
+//! runs a prepared `INSERT … VALUES ($1, $2, $3)` N times (default 100 000) inside
 //! `BEGIN … COMMIT`, RUNS times (default 3), into new tables of a temporary database
 //! (with `index` as the second argument, each table has a secondary index on `v`),
 //! then times a point read right after each COMMIT ("read after": the
@@ -37,13 +37,15 @@ fn main() -> Result<(), Box<dyn Error>> {
         if index {
             se.execute(&format!("CREATE INDEX b{run}_v ON b{run} (v)"), &[])?;
         }
-        let sql = format!("INSERT INTO b{run} (id, v, s) VALUES ($1, $2, $3)");
+        let insert = se.prepare(&format!(
+            "INSERT INTO b{run} (id, v, s) VALUES ($1, $2, $3)"
+        ))?;
         let t = Instant::now();
         se.execute("BEGIN", &[])?;
         for i in 0..n {
             let payload = format!("{i:0>12}-{}", "p".repeat(36));
-            se.execute(
-                &sql,
+            se.execute_prepared(
+                &insert,
                 &[Value::Int64(i), Value::Int64(i * 7), Value::String(payload)],
             )?;
         }

@@ -1,7 +1,7 @@
 //! Workload 3, in-process: Spindle's embedded API against SQLite (rusqlite,
 //! WAL, `synchronous=FULL`), both on disk, both with prepared statements
-//! (Spindle: one `Session` running the same `$n`-parameter SQL text every
-//! time), one thread.
+//! (Spindle: one `Session` running `Session::prepare`'s handle of the
+//! `$n`-parameter SQL), one thread.
 //!
 //! * point select by primary key;
 //! * short range scan (10 consecutive keys);
@@ -70,10 +70,13 @@ fn run_spindle(dir: &Path, s: &Sizes) -> Result<Pair> {
     }
     progress("embedded: Spindle point selects");
     let mut rng = Rng::new(3);
+    let get = se
+        .prepare("SELECT v, s FROM kv WHERE id = $1")
+        .ctx("prepare point select")?;
     let point = measure(s.seconds, 10, u64::MAX, |_| {
         let k = key(&mut rng, s.rows);
         let rows = se
-            .query("SELECT v, s FROM kv WHERE id = $1", &[Value::Int64(k)])
+            .query_prepared(&get, &[Value::Int64(k)])
             .ctx("point select")?;
         if rows.num_rows() != 1 {
             return fail(format!("point select {k}: {} rows", rows.num_rows()));
@@ -82,13 +85,13 @@ fn run_spindle(dir: &Path, s: &Sizes) -> Result<Pair> {
     })?;
     progress("embedded: Spindle range scans");
     let mut rng = Rng::new(4);
+    let scan = se
+        .prepare("SELECT id, v FROM kv WHERE id >= $1 AND id < $2")
+        .ctx("prepare range scan")?;
     let range = measure(s.seconds, 10, u64::MAX, |_| {
         let k = key(&mut rng, s.rows);
         let rows = se
-            .query(
-                "SELECT id, v FROM kv WHERE id >= $1 AND id < $2",
-                &[Value::Int64(k), Value::Int64(k + RANGE)],
-            )
+            .query_prepared(&scan, &[Value::Int64(k), Value::Int64(k + RANGE)])
             .ctx("range scan")?;
         if rows.num_rows() != RANGE as usize {
             return fail(format!("range scan {k}: {} rows", rows.num_rows()));
@@ -96,10 +99,13 @@ fn run_spindle(dir: &Path, s: &Sizes) -> Result<Pair> {
         Ok(())
     })?;
     progress("embedded: Spindle single-row inserts");
+    let put = se
+        .prepare("INSERT INTO ins (id, v, s) VALUES ($1, $2, $3)")
+        .ctx("prepare insert")?;
     let insert = measure(s.seconds, 10, u64::MAX, |i| {
         let i = i as i64;
-        se.execute(
-            "INSERT INTO ins (id, v, s) VALUES ($1, $2, $3)",
+        se.execute_prepared(
+            &put,
             &[
                 Value::Int64(i),
                 Value::Int64(i * 7),
@@ -121,12 +127,16 @@ fn run_spindle(dir: &Path, s: &Sizes) -> Result<Pair> {
             &[],
         )
         .ctx("create bulk")?;
-        let sql = format!("INSERT INTO {table} (id, v, s) VALUES ($1, $2, $3)");
+        let st = se
+            .prepare(&format!(
+                "INSERT INTO {table} (id, v, s) VALUES ($1, $2, $3)"
+            ))
+            .ctx("prepare bulk")?;
         let t = Instant::now();
         se.execute("BEGIN", &[]).ctx("begin")?;
         for i in 0..s.bulk_rows {
-            se.execute(
-                &sql,
+            se.execute_prepared(
+                &st,
                 &[
                     Value::Int64(i),
                     Value::Int64(i * 7),
@@ -294,9 +304,11 @@ pub fn run(s: &Sizes, out: &mut Vec<Record>) -> Result<()> {
         note: note.into(),
     };
     let note = format!(
-        "{} rows; one thread; Spindle `Session::query/execute` with `$n` parameters \
-         (the same SQL text each time), SQLite prepared statements, WAL, synchronous=FULL \
-         (a disk flush per commit), Spindle durable commits (its Store::flush)",
+        "{} rows; one thread; prepared statements on both sides (Spindle \
+         `Session::prepare` with `$n` parameters); SQLite WAL, synchronous=FULL (a disk flush \
+         per commit); Spindle durable commits (acknowledged once the log is synced: \
+         Store::flush_durable; a snapshot taken after waits until the B-tree apply is done, \
+         which bench/examples/bulk.rs times as \"read after\")",
         s.rows
     );
     out.push(rec(
