@@ -949,10 +949,10 @@ pub enum KeyError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn col(name: &str, ty: DataType) -> ColumnDef {
+    pub(crate) fn col(name: &str, ty: DataType) -> ColumnDef {
         ColumnDef {
             name: name.into(),
             data_type: ty,

@@ -110,18 +110,9 @@ impl RowCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ColumnDef, Interleave, InterleaveKind, KeyColumn, OnDelete, TableDef};
+    use crate::tests::col;
+    use crate::{Interleave, InterleaveKind, KeyColumn, OnDelete, TableDef};
     use spindle_keys::DataType;
-
-    fn col(name: &str, ty: DataType) -> ColumnDef {
-        ColumnDef {
-            name: name.into(),
-            data_type: ty,
-            nullable: true,
-            default: None,
-            allow_commit_timestamp: false,
-        }
-    }
 
     /// A root whose key columns are not its first ones (one descending)
     /// and a child interleaved in it with a value column between keys.

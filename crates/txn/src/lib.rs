@@ -844,20 +844,24 @@ impl TxnManager {
             *active.entry(ts).or_insert(0) += 1;
             ts
         };
+        let catalog = self.snapshot_catalog(read_ts)?;
+        debug!(read_ts, "begin");
+        Ok(self.transaction(read_ts, catalog, true))
+    }
+
+    /// For a snapshot at `read_ts` just registered in `active`: waits
+    /// until the data file holds every commit it may see, then returns the
+    /// catalog as of it; on failure the registration is undone.
+    fn snapshot_catalog(&self, read_ts: Timestamp) -> Result<Arc<Catalog>> {
         let catalog = self
             .store
             .wait_readable()
             .map_err(Error::from)
             .and_then(|_| self.catalog_at(read_ts));
-        let catalog = match catalog {
-            Ok(c) => c,
-            Err(e) => {
-                self.end(read_ts);
-                return Err(e);
-            }
-        };
-        debug!(read_ts, "begin");
-        Ok(self.transaction(read_ts, catalog, true))
+        if catalog.is_err() {
+            self.end(read_ts);
+        }
+        catalog
     }
 
     /// Starts a read-only transaction on the snapshot at `read_ts` (a stale
@@ -881,18 +885,7 @@ impl TxnManager {
             *active.entry(read_ts).or_insert(0) += 1;
             read_ts
         };
-        let catalog = self
-            .store
-            .wait_readable()
-            .map_err(Error::from)
-            .and_then(|_| self.catalog_at(read_ts));
-        let catalog = match catalog {
-            Ok(c) => c,
-            Err(e) => {
-                self.end(read_ts);
-                return Err(e);
-            }
-        };
+        let catalog = self.snapshot_catalog(read_ts)?;
         Ok(self.transaction(read_ts, catalog, false))
     }
 
