@@ -567,8 +567,10 @@ impl Wal {
     /// when it is already).
     pub(crate) fn wait_applied_to(&self, lsn: u64) -> Result<()> {
         let s = &self.shared;
+        // Applied: readable, even once the log has stopped (that fails
+        // writes, and reads only of what never reached the data file).
         if s.applied_lsn.load(Ordering::Acquire) >= lsn {
-            return s.check();
+            return Ok(());
         }
         s.wake_applier(lsn);
         s.wait_applied(lsn)
@@ -998,8 +1000,15 @@ mod tests {
             let wal = Wal::recover(dir.path(), kv.clone(), failing_at_b).unwrap();
             apply(&wal, vec![put("a", "1")]);
             wal.flush().unwrap();
+            let applied = wal.appended_lsn();
             apply(&wal, vec![put("b", "2"), put("c", "2")]);
             assert!(matches!(wal.flush(), Err(Error::LogStopped)));
+            // What was applied before stays readable; what failed is not.
+            wal.wait_applied_to(applied).unwrap();
+            assert!(matches!(
+                wal.wait_applied_to(wal.appended_lsn()),
+                Err(Error::LogStopped)
+            ));
             // Not in the data file…
             assert_eq!(kv.get(b"b").unwrap(), None);
             // …and nothing else goes through.
