@@ -993,30 +993,69 @@ impl ReadSet {
 }
 
 /// The keys a commit wrote, kept in [`CommitLog`] for validation: sorted
-/// and without duplicates, searched by bisection (built from the already
-/// sorted write buffer without a tree's node allocations).
-struct WriteSet(Vec<Vec<u8>>);
+/// and without duplicates, searched by bisection. The keys lie back to
+/// back in one buffer (key `i` is `bytes[ends[i - 1]..ends[i]]`): two
+/// allocations per commit instead of one per key, to make and to free — a
+/// bulk load's commit of 10 000 rows made and later freed 10 000.
+///
+/// ```text
+///   keys:  "ab"  "abc"  "b"
+///   bytes: a b a b c b
+///   ends:  2 5 6
+/// ```
+struct WriteSet {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
 
 impl WriteSet {
-    fn new(mut keys: Vec<Vec<u8>>) -> WriteSet {
+    fn new<'a>(keys: impl IntoIterator<Item = &'a [u8]>) -> WriteSet {
+        let mut keys: Vec<&[u8]> = keys.into_iter().collect();
         // The buffer is in key order; only the catalog key is appended.
         if !keys.is_sorted() {
             keys.sort_unstable();
             keys.dedup();
         }
-        WriteSet(keys)
+        let mut set = WriteSet {
+            bytes: Vec::with_capacity(keys.iter().map(|k| k.len()).sum()),
+            ends: Vec::with_capacity(keys.len()),
+        };
+        for k in keys {
+            set.bytes.extend_from_slice(k);
+            set.ends.push(set.bytes.len());
+        }
+        set
+    }
+
+    /// Key `i` (`i < self.ends.len()`).
+    fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// The number of keys below `key` (`below`) or at most `key`.
+    fn partition(&self, mut below: impl FnMut(&[u8]) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.ends.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if below(self.key(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     fn contains(&self, key: &[u8]) -> bool {
-        self.0.binary_search_by(|k| k.as_slice().cmp(key)).is_ok()
+        let i = self.partition(|k| k < key);
+        i < self.ends.len() && self.key(i) == key
     }
 
     /// Whether a key in `[start, end)` was written.
     fn any_in(&self, start: &[u8], end: Option<&[u8]>) -> bool {
-        let i = self.0.partition_point(|k| k.as_slice() < start);
-        self.0
-            .get(i)
-            .is_some_and(|k| end.is_none_or(|e| k.as_slice() < e))
+        let i = self.partition(|k| k < start);
+        i < self.ends.len() && end.is_none_or(|e| self.key(i) < e)
     }
 }
 
@@ -1475,7 +1514,7 @@ impl Transaction {
         if catalog_changed {
             writes.push((CATALOG_KEY.to_vec(), Some(self.catalog.to_bytes())));
         }
-        let write_set = WriteSet::new(writes.iter().map(|(k, _)| k.clone()).collect());
+        let write_set = WriteSet::new(writes.iter().map(|(k, _)| k.as_slice()));
         // Publish the new catalog before the commit becomes visible, so no
         // snapshot at `ts` can pick up the previous one from the cache.
         let previous = if catalog_changed {
@@ -1485,20 +1524,34 @@ impl Transaction {
             None
         };
         let splits = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
-        // Group the writes by split (they are in key order already, but
-        // for the catalog key): a key goes to the previous key's split
-        // while it is inside it, so only the first key of each group pays
-        // a search of the map.
-        let mut groups: Vec<(usize, Vec<Write>)> = Vec::new();
-        for w in writes {
-            if let Some((i, ws)) = groups.last_mut() {
-                if splits.contains(*i, &w.0) {
-                    ws.push(w);
-                    continue;
-                }
-            }
-            groups.push((splits.index_of(&w.0), vec![w]));
+        // Group the writes by split. They are in key order (but for the
+        // catalog key, pushed last), so each split's run of them ends where
+        // a bisection for the split's end says: one search of the map and
+        // one bisection per split touched, not a comparison per key.
+        let sorted = writes.len() - usize::from(catalog_changed);
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let mut at = 0;
+        while at < sorted {
+            let idx = splits.index_of(&writes[at].0);
+            // `writes[at]` is in split `idx`, so the run is never empty.
+            let end = match splits.end_of(idx) {
+                Some(e) => at + writes[at..sorted].partition_point(|w| w.0.as_slice() < e),
+                None => sorted,
+            };
+            runs.push((idx, end - at));
+            at = end;
         }
+        if catalog_changed {
+            runs.push((splits.index_of(CATALOG_KEY), 1));
+        }
+        let mut groups: Vec<(usize, Vec<Write>)> = if let [(idx, _)] = runs.as_slice() {
+            vec![(*idx, writes)]
+        } else {
+            let mut it = writes.into_iter();
+            runs.iter()
+                .map(|(idx, n)| (*idx, it.by_ref().take(*n).collect()))
+                .collect()
+        };
         // The catalog key sorts first, so groups may repeat a split only if
         // the catalog shares split 0 with later keys: merge such groups.
         groups.sort_by_key(|(i, _)| *i);
@@ -2127,7 +2180,7 @@ mod tests {
             ),
         ) {
             let tree: BTreeSet<Vec<u8>> = keys.iter().cloned().collect();
-            let set = WriteSet::new(keys);
+            let set = WriteSet::new(keys.iter().map(|k| k.as_slice()));
             for (start, end) in probes {
                 proptest::prop_assert_eq!(set.contains(&start), tree.contains(&start));
                 if end.as_ref().is_some_and(|e| *e < start) {

@@ -148,6 +148,42 @@ fn one_split_commits_in_one_phase_and_several_in_two() {
     assert_eq!(balance(&m, &c, ACCOUNTS - 1), 102);
 }
 
+/// A commit's writes go to the splits that hold them — each split's run
+/// of keys found by bisection, the catalog key (written last) to its own
+/// split — and a commit over every split lands whole.
+#[test]
+fn a_commit_over_every_split_groups_its_writes_by_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, c) = setup(dir.path());
+    let starts: Vec<Vec<u8>> = m
+        .split_stats()
+        .unwrap()
+        .iter()
+        .map(|s| s.start.clone())
+        .collect();
+    assert!(starts.len() >= 4, "{} splits", starts.len());
+    let mut want: std::collections::BTreeSet<usize> = (0..ACCOUNTS)
+        .map(|id| split_index(&starts, &account_key(&c, id)))
+        .collect();
+    want.insert(split_index(&starts, spindle_txn::CATALOG_KEY));
+    let mut t = m.begin().unwrap();
+    for id in 0..ACCOUNTS {
+        t.put(account_key(&c, id), (200 + id).to_string().into_bytes());
+    }
+    t.set_catalog(c.clone());
+    let info = t.commit().unwrap().unwrap();
+    assert!(info.two_phase);
+    assert_eq!(info.splits.len(), want.len(), "{:?}", info.splits);
+    let ids: std::collections::BTreeSet<u64> = info.splits.iter().copied().collect();
+    assert_eq!(ids.len(), info.splits.len(), "a split listed twice");
+    drop(t);
+    drop(m);
+    let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+    for id in 0..ACCOUNTS {
+        assert_eq!(balance(&m, &c, id), 200 + id);
+    }
+}
+
 /// A transfer between accounts in different splits, stopped at each step of
 /// two-phase commit; after reopening, it is either entirely there or not at
 /// all, and no prepared or decision record is left.
