@@ -81,11 +81,17 @@
 //!   follow its predecessor's (a stale record from before the last
 //!   checkpoint: every newer record has a higher LSN). Then the data file
 //!   is synced and the log emptied.
-//! * A checkpoint restarts the log once it passes [`CHECKPOINT_BYTES`]:
-//!   with the output lock held (no record is being written), it waits until
-//!   every record in the file is applied, syncs the data file (a durable
-//!   redb commit) and starts the log again at offset 0; records appended
-//!   meanwhile are still pending and go to the emptied file.
+//! * A checkpoint restarts the log once it passes [`CHECKPOINT_BYTES`]. The
+//!   applier thread runs it, after the group that was applied (readers
+//!   waiting for that group are released first): with the output lock held
+//!   (no record is being written, so the file holds exactly the records up
+//!   to the durable LSN), it applies every batch up to that LSN, syncs the
+//!   data file (a durable redb commit) and starts the log again at offset
+//!   0; records appended meanwhile are still pending and go to the emptied
+//!   file. No commit waits for a checkpoint's apply and sync (a million-row
+//!   commit's record passes the size on its own: it used to wait for its
+//!   whole apply, then the sync, in its flush); a flush that comes while
+//!   one runs waits for the output lock.
 //! * A batch applied to the data file whose record was not yet flushed
 //!   may survive a crash anyway (a later checkpoint): it was never
 //!   acknowledged, and it survives whole or not at all.
@@ -198,6 +204,12 @@ struct Shared {
     /// `fdatasync`s of the log so far.
     syncs: AtomicU64,
     checkpoint_bytes: AtomicU64,
+    /// Where the next record goes in the file (`Output::pos`, stored with
+    /// the output lock held): the applier checkpoints once it passes
+    /// `checkpoint_bytes`.
+    log_bytes: AtomicU64,
+    /// Checkpoints so far.
+    checkpoints: AtomicU64,
     /// Held by the applier while it writes a group ([`Wal::pause_applier`]).
     pause: Mutex<()>,
 }
@@ -238,6 +250,7 @@ impl Shared {
                 out.allocate(end)?;
                 out.file.write_all_at(&buf, out.pos)?;
                 out.pos = end;
+                self.log_bytes.store(end, Ordering::Release);
             }
             if !buf.is_empty() || always {
                 out.file.sync_data()?;
@@ -288,11 +301,20 @@ impl Shared {
         r
     }
 
+    /// Whether the log has passed its checkpoint size (and has not
+    /// stopped).
+    fn checkpoint_due(&self) -> bool {
+        !self.failed.load(Ordering::Acquire)
+            && self.log_bytes.load(Ordering::Acquire)
+                >= self.checkpoint_bytes.load(Ordering::Relaxed)
+    }
+
     /// The applier thread: applies queued batches in order — every batch
     /// queued when it looks (at most [`APPLY_GROUP`]) in one write
     /// transaction, which also records the last one's LSN (the data file
     /// holds whole records only, so "every record up to the stored LSN"
-    /// still holds); drains the queue before it stops.
+    /// still holds) — and checkpoints once the log has passed its size;
+    /// drains the queue before it stops.
     fn run_applier(&self, kv: &Kv) {
         loop {
             let jobs: Vec<Record> = {
@@ -304,6 +326,9 @@ impl Shared {
                         let n = q.len().min(APPLY_GROUP);
                         break q.drain(..n).collect();
                     }
+                    if self.checkpoint_due() {
+                        break Vec::new();
+                    }
                     if self.stop.load(Ordering::Acquire) {
                         return;
                     }
@@ -313,35 +338,89 @@ impl Shared {
                     };
                 }
             };
-            let Some(lsn) = jobs.last().map(|j| j.lsn) else {
-                continue;
-            };
-            if self.failed.load(Ordering::Acquire) {
-                continue; // dropped: the log stopped before them
-            }
-            let group = merge_group(jobs);
-            let Ok(_running) = lock(&self.pause) else {
-                return self.fail();
-            };
-            match kv.write(|t| {
-                (self.apply)(t, &group)?;
-                write_lsn(t, lsn)
-            }) {
-                Ok(()) => {
-                    self.applied_lsn.store(lsn, Ordering::SeqCst);
-                    if self.waiters.load(Ordering::SeqCst) > 0 {
-                        if let Ok(_q) = self.queue.lock() {
-                            self.applied.notify_all();
-                        }
-                    }
-                }
-                Err(e) => {
-                    // The records may be (or become) durable: see the module docs.
-                    tracing::error!(error = %e, lsn, "a logged batch failed in the data file; the log stopped");
+            self.apply_jobs(kv, jobs);
+            if self.checkpoint_due() {
+                if let Err(e) = self.checkpoint(kv) {
+                    tracing::error!(error = %e, "checkpointing the write-ahead log failed; the log stopped");
                     self.fail();
                 }
             }
         }
+    }
+
+    /// Writes `jobs` (consecutive batches, in LSN order) to the data file in
+    /// one write transaction and moves `applied_lsn` past them; a failure
+    /// stops the log.
+    fn apply_jobs(&self, kv: &Kv, jobs: Vec<Record>) {
+        let Some(lsn) = jobs.last().map(|j| j.lsn) else {
+            return;
+        };
+        if self.failed.load(Ordering::Acquire) {
+            return; // dropped: the log stopped before them
+        }
+        let group = merge_group(jobs);
+        let Ok(_running) = lock(&self.pause) else {
+            return self.fail();
+        };
+        match kv.write(|t| {
+            (self.apply)(t, &group)?;
+            write_lsn(t, lsn)
+        }) {
+            Ok(()) => {
+                self.applied_lsn.store(lsn, Ordering::SeqCst);
+                if self.waiters.load(Ordering::SeqCst) > 0 {
+                    if let Ok(_q) = self.queue.lock() {
+                        self.applied.notify_all();
+                    }
+                }
+            }
+            Err(e) => {
+                // The records may be (or become) durable: see the module docs.
+                tracing::error!(error = %e, lsn, "a logged batch failed in the data file; the log stopped");
+                self.fail();
+            }
+        }
+    }
+
+    /// Restarts the log (on the applier thread): with the output lock
+    /// held, the file holds exactly the records up to the durable LSN (no
+    /// record is being written); once every one of them is applied and the
+    /// data file synced (a durable redb commit), the log starts again at
+    /// offset 0. Committers wait for the output lock meanwhile; none waits
+    /// for the checkpoint itself.
+    fn checkpoint(&self, kv: &Kv) -> Result<()> {
+        let mut out = lock(&self.output)?;
+        self.check()?;
+        if out.pos < self.checkpoint_bytes.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let durable = self.durable_lsn.load(Ordering::Acquire);
+        while self.applied_lsn.load(Ordering::Acquire) < durable {
+            let jobs: Vec<Record> = {
+                let mut q = lock(&self.queue)?;
+                // A durable record's batch is queued by its submitter just
+                // after the record is encoded (without waking anyone): it
+                // is there, or about to be.
+                while q.is_empty() {
+                    self.check()?;
+                    q = self
+                        .work
+                        .wait_timeout(q, std::time::Duration::from_millis(1))
+                        .map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?
+                        .0;
+                }
+                let n = q.len().min(APPLY_GROUP);
+                q.drain(..n).collect()
+            };
+            self.apply_jobs(kv, jobs);
+            self.check()?;
+        }
+        kv.sync()?;
+        out.pos = 0;
+        self.log_bytes.store(0, Ordering::Release);
+        self.checkpoints.fetch_add(1, Ordering::AcqRel);
+        tracing::debug!(lsn = durable, "write-ahead log checkpointed");
+        Ok(())
     }
 }
 
@@ -379,7 +458,6 @@ pub(crate) struct Wal {
     submit: Mutex<u64>,
     shared: Arc<Shared>,
     applier: Option<JoinHandle<()>>,
-    kv: Arc<Kv>,
 }
 
 impl Drop for Wal {
@@ -458,6 +536,8 @@ impl Wal {
             stop: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
             checkpoint_bytes: AtomicU64::new(CHECKPOINT_BYTES),
+            log_bytes: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
             pause: Mutex::new(()),
         });
         let (s, k) = (shared.clone(), kv.clone());
@@ -468,7 +548,6 @@ impl Wal {
             submit: Mutex::new(last + 1),
             shared,
             applier: Some(applier),
-            kv,
         })
     }
 
@@ -499,8 +578,8 @@ impl Wal {
     /// applied. With group commit, a sync that another committer started
     /// after the caller's record was appended covers it; otherwise the
     /// caller writes and syncs what is pending. Without group commit every
-    /// call syncs once itself. Checkpoints when the log has grown past its
-    /// size.
+    /// call syncs once itself. Wakes the applier to checkpoint when the log
+    /// has grown past its size.
     pub(crate) fn flush(&self) -> Result<()> {
         self.flush_then(true)
     }
@@ -508,7 +587,7 @@ impl Wal {
     /// [`Wal::flush`] that returns once the records are durable, whether
     /// or not the applier has written their batches to the data file yet
     /// (a commit's acknowledgement; readers wait for the apply instead, in
-    /// [`Wal::wait_applied_to`]). A checkpoint still waits for it.
+    /// [`Wal::wait_applied_to`]).
     pub(crate) fn flush_durable(&self) -> Result<()> {
         self.flush_then(false)
     }
@@ -520,30 +599,20 @@ impl Wal {
         // Queued batches are applied while this thread syncs the log.
         s.wake_applier(target);
         let group = s.group.load(Ordering::Relaxed);
-        let mut checkpoint = false;
         if !group || s.durable_lsn.load(Ordering::Acquire) < target {
             let mut out = lock(&s.output)?;
             if !group || s.durable_lsn.load(Ordering::Acquire) < target {
                 s.sync_locked(&mut out, !group)?;
             }
-            checkpoint = out.pos >= s.checkpoint_bytes.load(Ordering::Relaxed);
+        }
+        if s.checkpoint_due() {
+            // The applier checkpoints (woken under the queue lock, so that
+            // it cannot miss this between its look and its wait).
+            let _q = lock(&s.queue)?;
+            s.work.notify_one();
         }
         if wait_applied {
             s.wait_applied(target)?;
-        }
-        if checkpoint {
-            let mut out = lock(&s.output)?;
-            if out.pos >= s.checkpoint_bytes.load(Ordering::Relaxed) {
-                // Every record in the file is applied once the applier
-                // passes the durable LSN (read with the output lock held:
-                // nothing is being written); see the module docs.
-                let durable = s.durable_lsn.load(Ordering::Acquire);
-                s.wake_applier(durable);
-                s.wait_applied(durable)?;
-                self.kv.sync()?;
-                out.pos = 0;
-                tracing::debug!("write-ahead log checkpointed");
-            }
         }
         Ok(())
     }
@@ -862,17 +931,19 @@ mod tests {
             let kv = open(dir.path());
             let wal = Wal::recover(dir.path(), kv.clone(), replay).unwrap();
             wal.shared.checkpoint_bytes.store(10_000, Ordering::Relaxed);
-            let mut restarts = 0;
             for i in 0..1000u32 {
                 let ops = vec![put("k", i), put(&format!("k{}", i % 7), i)];
                 apply(&wal, ops);
-                let before = wal.shared.output.lock().unwrap().pos;
                 wal.flush().unwrap();
-                if wal.shared.output.lock().unwrap().pos < before {
-                    restarts += 1;
-                }
             }
-            assert!(restarts >= 3, "{restarts} checkpoints");
+            // The applier checkpoints after the group it applied: the last
+            // one may still be running.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let restarts = || wal.shared.checkpoints.load(Ordering::Acquire);
+            while restarts() < 3 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(restarts() >= 3, "{} checkpoints", restarts());
             let len = std::fs::metadata(dir.path().join("wal")).unwrap().len();
             assert_eq!(len, ALLOCATE_BYTES);
         }
@@ -881,6 +952,56 @@ mod tests {
         assert_eq!(kv.get(b"k").unwrap(), Some(999u32.to_be_bytes().to_vec()));
         assert_eq!(kv.get(b"k4").unwrap(), Some(998u32.to_be_bytes().to_vec()));
         assert_eq!(stored_lsn(&kv).unwrap(), 1000);
+    }
+
+    /// A flush does not wait for a checkpoint: with the applier held, the
+    /// log passes its checkpoint size and flushes still return once
+    /// durable; released, the applier applies and checkpoints, and a
+    /// recovery finds every commit.
+    #[test]
+    fn a_flush_does_not_wait_for_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |k: &str, v: u32| (k.as_bytes().to_vec(), Some(v.to_be_bytes().to_vec()));
+        {
+            let kv = open(dir.path());
+            let wal = Arc::new(Wal::recover(dir.path(), kv.clone(), replay).unwrap());
+            wal.shared.checkpoint_bytes.store(1_000, Ordering::Relaxed);
+            let held = wal.pause_applier().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let w = wal.clone();
+            let committer = std::thread::spawn(move || {
+                for i in 0..100u32 {
+                    w.submit(vec![put(&format!("k{i}"), i)], Vec::new())
+                        .unwrap();
+                    w.flush_durable().unwrap();
+                }
+                tx.send(()).unwrap();
+            });
+            rx.recv_timeout(std::time::Duration::from_secs(20))
+                .expect("the flushes waited for the held applier");
+            committer.join().unwrap();
+            assert!(wal.shared.log_bytes.load(Ordering::Acquire) >= 1_000);
+            assert_eq!(wal.shared.checkpoints.load(Ordering::Acquire), 0);
+            drop(held);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while wal.shared.checkpoints.load(Ordering::Acquire) == 0
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(wal.shared.checkpoints.load(Ordering::Acquire) >= 1);
+            assert!(wal.shared.applied_lsn.load(Ordering::Acquire) >= 100);
+            assert_eq!(kv.get(b"k99").unwrap(), Some(99u32.to_be_bytes().to_vec()));
+        }
+        let kv = open(dir.path());
+        Wal::recover(dir.path(), kv.clone(), replay).unwrap();
+        for i in [0u32, 50, 99] {
+            assert_eq!(
+                kv.get(format!("k{i}").as_bytes()).unwrap(),
+                Some(i.to_be_bytes().to_vec())
+            );
+        }
+        assert_eq!(stored_lsn(&kv).unwrap(), 100);
     }
 
     /// Recovery replays only the records above the data file's LSN:
