@@ -127,6 +127,7 @@ use spindle_storage::{Batch, Store, Timestamp, Write};
 
 mod buffer;
 mod locks;
+mod maintenance;
 mod twopc;
 use tracing::{debug, info_span};
 pub use twopc::CrashPoint;
@@ -148,6 +149,9 @@ pub enum Error {
     Poisoned,
     #[error("recovery failed: {0}")]
     Recovery(String),
+    /// A background thread (split maintenance) could not be started.
+    #[error("could not start a background thread")]
+    Thread(#[source] std::io::Error),
     /// A stale read asked for a snapshot that cannot be read.
     #[error("{0}")]
     StaleRead(String),
@@ -189,7 +193,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// of recent commits, the snapshots in use, the split map and the cached
 /// catalog.
 pub struct TxnManager {
-    store: Store,
+    store: Arc<Store>,
     /// Serializes validation and commit-timestamp assignment.
     commits: Mutex<CommitLog>,
     /// Read timestamps of live transactions (with counts).
@@ -199,12 +203,12 @@ pub struct TxnManager {
     /// Ids of transactions (lock owners).
     next_txn_id: AtomicU64,
     /// The catalog as of the commit timestamp stored with it.
-    catalog: RwLock<(Timestamp, Arc<Catalog>)>,
-    /// Splits; grouping and maintenance take this lock.
-    splits: Mutex<SplitMap>,
-    split_threshold: AtomicU64,
-    /// [`DEFAULT_LOAD_SPLIT_AFTER`] in microseconds (tests shorten it).
-    load_split_after_micros: AtomicU64,
+    catalog: Arc<RwLock<(Timestamp, Arc<Catalog>)>>,
+    /// The split map (grouping and maintenance take its lock) and its
+    /// maintenance ([`maintenance`]).
+    splits: Arc<maintenance::Splits>,
+    /// The maintenance thread, joined on drop.
+    maintainer: Mutex<Option<std::thread::JoinHandle<()>>>,
     crash_at: Mutex<Option<CrashPoint>>,
     crashed: AtomicBool,
     /// Test hook called at each step of a commit (see [`TxnManager::set_step_hook`]).
@@ -313,6 +317,17 @@ impl Boundaries for CatalogBoundaries<'_> {
     }
 }
 
+impl Drop for TxnManager {
+    fn drop(&mut self) {
+        // The thread holds the store too: joined first, so that the data
+        // file is closed once the manager is gone.
+        self.splits.stop();
+        if let Some(h) = self.maintainer.lock().ok().and_then(|mut h| h.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
 impl TxnManager {
     pub fn new(store: Store) -> Result<Arc<TxnManager>> {
         twopc::recover(&store)?;
@@ -328,6 +343,20 @@ impl TxnManager {
                 .ok_or_else(|| Error::Recovery("corrupt split map".into()))?,
             None => SplitMap::default(),
         };
+        let store = Arc::new(store);
+        let catalog = Arc::new(RwLock::new((ts, Arc::new(catalog))));
+        let splits = Arc::new(maintenance::Splits::new(
+            splits,
+            DEFAULT_SPLIT_THRESHOLD,
+            DEFAULT_LOAD_SPLIT_AFTER.as_micros() as u64,
+            store.clone(),
+            catalog.clone(),
+        ));
+        let s = splits.clone();
+        let maintainer = std::thread::Builder::new()
+            .name("spindle-splits".into())
+            .spawn(move || s.run())
+            .map_err(Error::Thread)?;
         let mgr = Arc::new(TxnManager {
             store,
             commits: Mutex::new(CommitLog {
@@ -337,10 +366,9 @@ impl TxnManager {
             active: Mutex::new(BTreeMap::new()),
             locks: locks::LockTable::default(),
             next_txn_id: AtomicU64::new(1),
-            catalog: RwLock::new((ts, Arc::new(catalog))),
-            splits: Mutex::new(splits),
-            split_threshold: AtomicU64::new(DEFAULT_SPLIT_THRESHOLD),
-            load_split_after_micros: AtomicU64::new(DEFAULT_LOAD_SPLIT_AFTER.as_micros() as u64),
+            catalog,
+            splits,
+            maintainer: Mutex::new(Some(maintainer)),
             crash_at: Mutex::new(None),
             crashed: AtomicBool::new(false),
             step_hook: RwLock::new(None),
@@ -362,7 +390,7 @@ impl TxnManager {
 
     /// Sets the size above which a split is cut in two.
     pub fn set_split_threshold(&self, bytes: u64) {
-        self.split_threshold.store(bytes.max(1), Ordering::Relaxed);
+        self.splits.threshold.store(bytes.max(1), Ordering::Relaxed);
     }
 
     /// Wakes every transaction waiting for a write lock to look at its
@@ -374,7 +402,8 @@ impl TxnManager {
     /// Sets how long a split's write load must be sustained before the
     /// split is cut for it ([`DEFAULT_LOAD_SPLIT_AFTER`]).
     pub fn set_load_split_after(&self, after: std::time::Duration) {
-        self.load_split_after_micros
+        self.splits
+            .load_split_after_micros
             .store(after.as_micros() as u64, Ordering::Relaxed);
     }
 
@@ -529,8 +558,17 @@ impl TxnManager {
     }
 
     /// The splits with their statistics, in key order.
+    /// Waits until split maintenance has caught up with every commit so far
+    /// (see [`maintenance`]).
+    pub fn wait_split_maintenance(&self) {
+        self.splits.wait_idle();
+    }
+
+    /// The splits and their statistics, once maintenance has caught up with
+    /// every commit so far.
     pub fn split_stats(&self) -> Result<Vec<SplitInfo>> {
-        let mut map = self.splits.lock().map_err(|_| Error::Poisoned)?;
+        self.splits.wait_idle();
+        let mut map = self.splits.map.lock().map_err(|_| Error::Poisoned)?;
         let n = map.len();
         let ends: Vec<Option<Vec<u8>>> =
             (0..n).map(|i| map.end_of(i).map(|e| e.to_vec())).collect();
@@ -558,7 +596,7 @@ impl TxnManager {
 
     /// Counts a read of `[start, end)` against the splits it overlaps.
     fn note_read(&self, start: &[u8], end: Option<&[u8]>) {
-        if let Ok(mut map) = self.splits.lock() {
+        if let Ok(mut map) = self.splits.map.lock() {
             let first = map.index_of(start);
             let last = match end {
                 Some(e) => map.index_of(e),
@@ -640,198 +678,6 @@ impl TxnManager {
         {
             tracing::warn!(error = %e, ts, "could not remove prepared records");
         }
-    }
-
-    /// Counts a commit's writes against its splits, then runs split
-    /// maintenance on them (under the split map's lock only).
-    fn note_commit(&self, deltas: &[SplitDelta], ts: Timestamp) {
-        let catalog = match self.catalog.read() {
-            Ok(c) => c.1.clone(),
-            Err(_) => return,
-        };
-        let Ok(mut splits) = self.splits.lock() else {
-            return;
-        };
-        let mut touched = Vec::new();
-        for d in deltas {
-            let Some(s) = splits.splits_mut().iter_mut().find(|s| s.id == d.id) else {
-                continue;
-            };
-            s.writes.add(d.writes);
-            s.bytes += d.bytes;
-            s.rows += d.puts;
-            s.dirty_deletes += d.deletes;
-            touched.push(s.id);
-        }
-        self.maintain_splits(&mut splits, &touched, &catalog, ts);
-    }
-
-    /// Splits touched splits that grew past the threshold (or carry
-    /// sustained write load) at a row-tree boundary near their middle, and
-    /// merges small neighbours. Failures only skip maintenance.
-    fn maintain_splits(
-        &self,
-        map: &mut SplitMap,
-        touched: &[u64],
-        catalog: &Catalog,
-        ts: Timestamp,
-    ) {
-        let threshold = self.split_threshold.load(Ordering::Relaxed);
-        let b = CatalogBoundaries(catalog);
-        let mut changed = false;
-        for id in touched {
-            let Some(idx) = map.splits().iter().position(|s| s.id == *id) else {
-                continue;
-            };
-            let (bytes, rows, deletes, sustained, oversized, recounted) = {
-                let s = &mut map.splits_mut()[idx];
-                let loaded = s.writes.per_minute() >= LOAD_SPLIT_WRITES_PER_MINUTE;
-                s.loaded_since = match (loaded, s.loaded_since) {
-                    (false, _) => None,
-                    (true, None) => Some(std::time::Instant::now()),
-                    (true, since) => since,
-                };
-                let after = self.load_split_after_micros.load(Ordering::Relaxed);
-                let sustained = s
-                    .loaded_since
-                    .is_some_and(|t| t.elapsed().as_micros() as u64 >= after);
-                (
-                    s.bytes,
-                    s.rows,
-                    s.dirty_deletes,
-                    sustained,
-                    s.oversized,
-                    s.recounted,
-                )
-            };
-            // A recount scans the whole split, so the triggers that can
-            // repeat commit after commit are spaced out: sustained load
-            // recounts at most every LOAD_RECOUNT_INTERVAL, and a split
-            // already found to be one uncuttable row tree only once it has
-            // grown by a quarter since.
-            let since = recounted.map(|(at, _)| at.elapsed());
-            let load = sustained && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL);
-            let big = bytes > threshold
-                && (!oversized || recounted.is_none_or(|(_, was)| bytes >= was + was / 4));
-            // Sizes only grow between recounts; deletes make them stale, so
-            // recount once a good share of the split may be gone: half of a
-            // small split, an eighth of a large one. (Not on every delete in
-            // a small split: the recount scans the split under the commit
-            // lock, which made each DELETE cost a scan. Nor every 1 024
-            // deletes in a large one: that was a scan of ~60 000 entries,
-            // 100–300 ms, every ~40 row-tree deletes of the benchmark — its
-            // p99. Proportional, it costs a few entries per delete.)
-            let shrunk =
-                deletes > 0 && (deletes * 2 >= rows || (deletes >= 1024 && deletes * 8 >= rows));
-            let recount = big || load || shrunk;
-            if !recount {
-                continue;
-            }
-            let Some(sizes) = self.scan_sizes(map, idx, ts, &b) else {
-                continue;
-            };
-            let total: u64 = sizes.iter().map(|(_, n, _)| n).sum();
-            let rows: u64 = sizes.iter().map(|(_, _, r)| r).sum();
-            {
-                let s = &mut map.splits_mut()[idx];
-                s.bytes = total;
-                s.rows = rows;
-                s.dirty_deletes = 0;
-                s.oversized = false;
-                s.recounted = Some((std::time::Instant::now(), total));
-            }
-            if total > threshold || (load && sizes.len() > 1) {
-                // The row tree at which the running total passes half.
-                let mut acc = 0;
-                let mut cut = None;
-                for (root, n, _) in &sizes {
-                    if acc >= total / 2 && root.as_slice() > map.splits()[idx].start.as_slice() {
-                        cut = Some(root.clone());
-                        break;
-                    }
-                    acc += n;
-                }
-                let cut = cut.or_else(|| {
-                    sizes
-                        .iter()
-                        .map(|(r, _, _)| r)
-                        .find(|r| r.as_slice() > map.splits()[idx].start.as_slice())
-                        .cloned()
-                });
-                match cut {
-                    Some(at) if map.split_at(idx, at.clone(), &b).is_some() => {
-                        let left: u64 = sizes
-                            .iter()
-                            .take_while(|(r, _, _)| *r < at)
-                            .map(|(_, n, _)| n)
-                            .sum();
-                        let left_rows: u64 = sizes
-                            .iter()
-                            .take_while(|(r, _, _)| *r < at)
-                            .map(|(_, _, r)| r)
-                            .sum();
-                        let splits = map.splits_mut();
-                        splits[idx].bytes = left;
-                        splits[idx].rows = left_rows;
-                        splits[idx + 1].bytes = total - left;
-                        splits[idx + 1].rows = rows - left_rows;
-                        tracing::info!(split = id, at = ?at, "split");
-                        changed = true;
-                    }
-                    _ => {
-                        // One row tree larger than the threshold stays whole.
-                        map.splits_mut()[idx].oversized = total > threshold;
-                    }
-                }
-            } else if total < threshold / 4 && idx + 1 < map.len() {
-                if let Some(next) = self.scan_sizes(map, idx + 1, ts, &b) {
-                    let next_total: u64 = next.iter().map(|(_, n, _)| n).sum();
-                    if total + next_total < threshold / 2 {
-                        map.splits_mut()[idx + 1].bytes = next_total;
-                        map.splits_mut()[idx + 1].rows = next.iter().map(|(_, _, r)| r).sum();
-                        map.merge_with_next(idx);
-                        tracing::info!(split = id, "merged with its right neighbour");
-                        changed = true;
-                    }
-                }
-            }
-        }
-        if changed {
-            let mut batch = Batch::default();
-            batch.put_meta(SPLITS_META, map.encode());
-            if let Err(e) = self.store.apply(batch) {
-                tracing::warn!(error = %e, "could not persist the split map");
-            }
-        }
-    }
-
-    /// Live bytes and rows per row tree of split `idx` at `ts`, in key order.
-    fn scan_sizes(
-        &self,
-        map: &SplitMap,
-        idx: usize,
-        ts: Timestamp,
-        b: &dyn Boundaries,
-    ) -> Option<Vec<(Vec<u8>, u64, u64)>> {
-        let start = map.splits().get(idx)?.start.clone();
-        let end = map.end_of(idx).map(|e| e.to_vec());
-        // `ts` is the commit being finished: its batch (and every earlier
-        // one) in the data file first.
-        self.store.wait_applied().ok()?;
-        let mut out: Vec<(Vec<u8>, u64, u64)> = Vec::new();
-        for item in self.store.scan(&start, end.as_deref(), ts) {
-            let (k, v) = item.ok()?;
-            let root = b.root_of(&k);
-            let n = (k.len() + v.len()) as u64;
-            match out.last_mut() {
-                Some((r, bytes, rows)) if *r == root => {
-                    *bytes += n;
-                    *rows += 1;
-                }
-                _ => out.push((root, n, 1)),
-            }
-        }
-        Some(out)
     }
 
     /// Starts a transaction on the newest snapshot.
@@ -1069,7 +915,7 @@ fn readable(pending: &BTreeSet<Vec<u8>>, key: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// What one commit adds to a split's statistics ([`TxnManager::note_commit`]),
+/// What one commit adds to a split's statistics (`maintenance::Splits::note_commit`),
 /// counted before its writes move into the store's batch.
 struct SplitDelta {
     id: u64,
@@ -1431,7 +1277,7 @@ impl Transaction {
     /// Ids of the splits the buffered writes fall in, in key order: one
     /// means the commit would take one phase, more means two-phase commit.
     pub fn write_splits(&self) -> Result<Vec<u64>> {
-        let map = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
+        let map = self.mgr.splits.map.lock().map_err(|_| Error::Poisoned)?;
         let mut ids: Vec<u64> = Vec::new();
         let keys = self.writes.keys().map(|k| k.as_slice());
         let catalog = self.catalog_changed.then_some(CATALOG_KEY);
@@ -1523,7 +1369,8 @@ impl Transaction {
         } else {
             None
         };
-        let splits = self.mgr.splits.lock().map_err(|_| Error::Poisoned)?;
+        let splits = self.mgr.splits.map.lock().map_err(|_| Error::Poisoned)?;
+        let layout = self.mgr.splits.layout();
         // Group the writes by split. They are in key order (but for the
         // catalog key, pushed last), so each split's run of them ends where
         // a bisection for the split's end says: one search of the map and
@@ -1639,8 +1486,9 @@ impl Transaction {
         span.record("ts", ts);
         span.record("splits", tracing::field::debug(&info.splits));
         span.record("two_phase", info.two_phase);
-        self.mgr.note_commit(&deltas, ts);
         self.mgr.finish_commit(ts, true)?;
+        // Counted once visible: see `maintenance`.
+        self.mgr.splits.note_commit(&deltas, layout);
         Ok(Some(info))
     }
 }

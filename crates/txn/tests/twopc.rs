@@ -86,6 +86,9 @@ fn setup(dir: &std::path::Path) -> (Arc<TxnManager>, Catalog) {
         }
         t.commit().unwrap();
     }
+    // Splits are cut in the background: the tests' layout is the one
+    // after every commit above.
+    m.wait_split_maintenance();
     (m, c)
 }
 
@@ -115,7 +118,11 @@ fn splits_cut_only_between_row_trees() {
         }
     }
     assert!(stats.iter().all(|s| s.bytes <= 4_000 || s.oversized));
-    assert!(stats.iter().map(|s| s.rows).sum::<u64>() >= (ACCOUNTS * 4) as u64 - 4);
+    assert!(
+        stats.iter().map(|s| s.rows).sum::<u64>() >= (ACCOUNTS * 4) as u64 - 4,
+        "{:?}",
+        stats.iter().map(|s| (s.rows, s.bytes)).collect::<Vec<_>>()
+    );
     // The layout survives a restart.
     drop(m);
     let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
@@ -527,5 +534,82 @@ fn recovery_commits_exactly_the_fully_prepared_transactions() {
     assert!(m.store().visible_ts() >= base + 3);
     for kind in ["prepared/", "prep/", "decision/"] {
         assert!(m.store().meta_scan(kind).unwrap().is_empty(), "{kind}");
+    }
+}
+
+/// Accounts `ids` with three entries each, in one transaction.
+fn load_accounts(m: &Arc<TxnManager>, c: &Catalog, ids: std::ops::Range<i64>) {
+    let mut t = m.begin().unwrap();
+    for id in ids {
+        t.put(account_key(c, id), b"100".to_vec());
+        for seq in 0..3 {
+            t.put(entry_key(c, id, seq), vec![b'e'; 40]);
+        }
+    }
+    t.commit().unwrap();
+}
+
+/// A commit that pushes its split past the threshold returns without
+/// waiting for the recount (which waits for the data file: here the
+/// applier is held, so a commit that waited would never return); the
+/// split is cut in the background once the applier moves again.
+#[test]
+fn a_commit_does_not_wait_for_its_split_to_be_recounted() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+    let c = schema();
+    let mut t = m.begin().unwrap();
+    t.set_catalog(c.clone());
+    t.commit().unwrap();
+    drop(t);
+    m.set_split_threshold(2_000);
+    let t = m.begin().unwrap();
+    drop(t); // the snapshot waited for the catalog's apply
+    let held = m.store().pause_applier().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (m2, c2) = (m.clone(), c.clone());
+    let committer = std::thread::spawn(move || {
+        load_accounts(&m2, &c2, 0..ACCOUNTS);
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the commit waited for its split's recount");
+    committer.join().unwrap();
+    drop(held);
+    let stats = m.split_stats().unwrap();
+    assert!(stats.len() >= 4, "{} splits", stats.len());
+    assert_eq!(
+        stats.iter().map(|s| s.rows).sum::<u64>(),
+        (ACCOUNTS * 4) as u64 + 1
+    );
+}
+
+/// One commit of many times the threshold is cut until every piece is
+/// below it (each cut at a row-tree boundary), not in two.
+#[test]
+fn a_load_of_many_thresholds_is_cut_below_the_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+    m.set_split_threshold(1_000);
+    let c = schema();
+    let mut t = m.begin().unwrap();
+    t.set_catalog(c.clone());
+    t.commit().unwrap();
+    drop(t);
+    // 40 row trees of ~220 bytes: ~9 thresholds, in one commit.
+    load_accounts(&m, &c, 0..ACCOUNTS);
+    let stats = m.split_stats().unwrap();
+    assert!(stats.len() >= 9, "{} splits", stats.len());
+    assert!(
+        stats.iter().all(|s| s.bytes <= 1_000),
+        "{:?}",
+        stats.iter().map(|s| s.bytes).collect::<Vec<_>>()
+    );
+    let starts: Vec<Vec<u8>> = stats.iter().map(|s| s.start.clone()).collect();
+    for id in 0..ACCOUNTS {
+        let root = split_index(&starts, &account_key(&c, id));
+        for seq in 0..3 {
+            assert_eq!(split_index(&starts, &entry_key(&c, id, seq)), root);
+        }
     }
 }

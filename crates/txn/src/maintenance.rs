@@ -1,0 +1,438 @@
+//! # Split maintenance, off the commit path
+//!
+//! Every commit counts its writes against the splits it touched (bytes,
+//! rows, deletes, write rate) and decides, from those counters alone,
+//! whether a split is due for a recount: it grew past the size threshold,
+//! it has carried sustained write load, or enough of it may have been
+//! deleted. The recount itself — a scan of the whole split — and the cut or
+//! merge it leads to run on the maintenance thread, never in a commit:
+//!
+//! ```text
+//!   commit ─► visible ─► note: counters += deltas (split map lock, µs) ─► due? ─► queue[id] ─► return
+//!   maintenance thread: take queue, per split:
+//!        map lock: start, end, counters ─► ts = visible_ts, wait until the data file has ts
+//!        ─► scan [start, end) at ts (no lock) ─► map lock:
+//!                   unchanged? counters = scan (+ growth since) ─► cut at the middle row tree
+//!                   or merge a small split with its neighbour ─► halves still too big: again
+//!        map changed ─► persist it (metadata batch)
+//! ```
+//!
+//! (A million-row load used to wait in its COMMIT for its whole batch to
+//! reach the data file and then for the scan of its split, with the split
+//! map locked: every other commit waited too.)
+//!
+//! Invariants:
+//! * A cut falls only at a row-tree boundary strictly inside the split
+//!   (`SplitMap::split_at` checks it against the catalog's boundaries), so
+//!   a row tree never spans two splits.
+//! * A scan's sizes apply only to the split it scanned: if the split's start
+//!   or end moved meanwhile, the result is dropped (the next due commit
+//!   queues it again).
+//! * Counters are estimates between recounts: a recount sets them from the
+//!   scan at `ts` plus what commits noted while it ran.
+//! * [`Splits::wait_idle`] returns once nothing is queued or running:
+//!   `TxnManager::split_stats` (SHOW SPLITS, `spindle_splits`) waits for it,
+//!   so the layout it reports follows every commit before the call.
+//! * Maintenance only skips on failure: a split left uncut is cut at a
+//!   later recount.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+
+use spindle_catalog::Catalog;
+use spindle_storage::splits::{Boundaries, SplitMap};
+use spindle_storage::{Batch, Store, Timestamp};
+
+use crate::{
+    CatalogBoundaries, SplitDelta, LOAD_RECOUNT_INTERVAL, LOAD_SPLIT_WRITES_PER_MINUTE, SPLITS_META,
+};
+
+/// The split map, its thresholds and its maintenance queue, shared by the
+/// transaction manager and the maintenance thread.
+pub(crate) struct Splits {
+    pub(crate) map: Mutex<SplitMap>,
+    pub(crate) threshold: AtomicU64,
+    /// `DEFAULT_LOAD_SPLIT_AFTER` in microseconds (tests shorten it).
+    pub(crate) load_split_after_micros: AtomicU64,
+    /// Bumped (with the map locked) by every cut and merge: a commit
+    /// grouped its writes under one layout version, and if the layout
+    /// changed before it is counted, its counts may belong to a split it
+    /// did not name.
+    layout: AtomicU64,
+    store: Arc<Store>,
+    /// The transaction manager's cached catalog (the newest one): its row
+    /// trees are where cuts may fall.
+    catalog: Arc<RwLock<(Timestamp, Arc<Catalog>)>>,
+    queue: Mutex<Queue>,
+    /// Signalled when work is queued, when a round ends and at shutdown.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Splits due for a recount, by id; `true`: for sustained write load.
+    due: BTreeMap<u64, bool>,
+    /// A round is running.
+    busy: bool,
+    stop: bool,
+}
+
+/// A split due for a recount.
+#[derive(Clone, Copy)]
+struct Recount {
+    id: u64,
+    /// For sustained write load (cut even below the size threshold).
+    load: bool,
+    /// A recount after one whose scan missed concurrent writes: not
+    /// repeated for that reason again.
+    again: bool,
+}
+
+/// Live bytes and rows per row tree, in key order.
+type Sizes = Vec<(Vec<u8>, u64, u64)>;
+
+impl Splits {
+    pub(crate) fn new(
+        map: SplitMap,
+        threshold: u64,
+        load_split_after_micros: u64,
+        store: Arc<Store>,
+        catalog: Arc<RwLock<(Timestamp, Arc<Catalog>)>>,
+    ) -> Splits {
+        Splits {
+            map: Mutex::new(map),
+            threshold: AtomicU64::new(threshold),
+            load_split_after_micros: AtomicU64::new(load_split_after_micros),
+            layout: AtomicU64::new(0),
+            store,
+            catalog,
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn queue(&self) -> Option<MutexGuard<'_, Queue>> {
+        self.queue.lock().ok()
+    }
+
+    /// The layout version; read with the map locked, it names the layout
+    /// of that map.
+    pub(crate) fn layout(&self) -> u64 {
+        self.layout.load(Ordering::Acquire)
+    }
+
+    /// Counts a commit's writes against its splits and queues the splits
+    /// due for a recount (under the split map's lock, which commits take to
+    /// group their writes: counters only, no scan). `layout`: the layout
+    /// version the commit grouped its writes under; if a cut or merge came
+    /// since, the splits it touched and their right neighbours (where a
+    /// cut put part of its writes) are recounted.
+    pub(crate) fn note_commit(&self, deltas: &[SplitDelta], layout: u64) {
+        let threshold = self.threshold.load(Ordering::Relaxed);
+        let after = self.load_split_after_micros.load(Ordering::Relaxed);
+        let mut due = Vec::new();
+        {
+            let Ok(mut map) = self.map.lock() else {
+                return;
+            };
+            if self.layout() != layout {
+                for d in deltas {
+                    if let Some(idx) = map.splits().iter().position(|s| s.id == d.id) {
+                        due.extend(map.splits()[idx..].iter().take(2).map(|s| (s.id, false)));
+                    }
+                }
+            }
+            for d in deltas {
+                let Some(s) = map.splits_mut().iter_mut().find(|s| s.id == d.id) else {
+                    continue;
+                };
+                s.writes.add(d.writes);
+                s.bytes += d.bytes;
+                s.rows += d.puts;
+                s.dirty_deletes += d.deletes;
+                let loaded = s.writes.per_minute() >= LOAD_SPLIT_WRITES_PER_MINUTE;
+                s.loaded_since = match (loaded, s.loaded_since) {
+                    (false, _) => None,
+                    (true, None) => Some(std::time::Instant::now()),
+                    (true, since) => since,
+                };
+                let sustained = s
+                    .loaded_since
+                    .is_some_and(|t| t.elapsed().as_micros() as u64 >= after);
+                // A recount scans the whole split, so the triggers that can
+                // repeat commit after commit are spaced out: sustained load
+                // recounts at most every LOAD_RECOUNT_INTERVAL, and a split
+                // already found to be one uncuttable row tree only once it
+                // has grown by a quarter since.
+                let since = s.recounted.map(|(at, _)| at.elapsed());
+                let load = sustained && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL);
+                let big = s.bytes > threshold
+                    && (!s.oversized
+                        || s.recounted.is_none_or(|(_, was)| s.bytes >= was + was / 4));
+                // Sizes only grow between recounts; deletes make them stale,
+                // so recount once a good share of the split may be gone:
+                // half of a small split, an eighth of a large one (not every
+                // 1 024 deletes in a large one: that was a scan of ~60 000
+                // entries every ~40 row-tree deletes of the benchmark).
+                let (deletes, rows) = (s.dirty_deletes, s.rows);
+                let shrunk = deletes > 0
+                    && (deletes * 2 >= rows || (deletes >= 1024 && deletes * 8 >= rows));
+                if big || load || shrunk {
+                    due.push((s.id, load));
+                }
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        if let Some(mut q) = self.queue() {
+            for (id, load) in due {
+                *q.due.entry(id).or_default() |= load;
+            }
+            self.changed.notify_all();
+        }
+    }
+
+    /// Waits until no recount is queued or running.
+    pub(crate) fn wait_idle(&self) {
+        let Some(mut q) = self.queue() else { return };
+        while (q.busy || !q.due.is_empty()) && !q.stop {
+            q = match self.changed.wait(q) {
+                Ok(q) => q,
+                Err(_) => return,
+            };
+        }
+    }
+
+    /// Stops the maintenance thread after its current round (queued
+    /// recounts are dropped: maintenance is never required).
+    pub(crate) fn stop(&self) {
+        if let Some(mut q) = self.queue() {
+            q.stop = true;
+            self.changed.notify_all();
+        }
+    }
+
+    /// The maintenance thread.
+    pub(crate) fn run(&self) {
+        loop {
+            let due = {
+                let Some(mut q) = self.queue() else { return };
+                loop {
+                    if q.stop {
+                        return;
+                    }
+                    if !q.due.is_empty() {
+                        q.busy = true;
+                        break std::mem::take(&mut q.due);
+                    }
+                    q = match self.changed.wait(q) {
+                        Ok(q) => q,
+                        Err(_) => return,
+                    };
+                }
+            };
+            self.maintain(due);
+            if let Some(mut q) = self.queue() {
+                q.busy = false;
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// One round: recounts the due splits, cuts those past the threshold
+    /// (or under sustained load) at a row-tree boundary near their middle
+    /// — again while a half is still past it — and merges small
+    /// neighbours; persists the map if it changed.
+    fn maintain(&self, due: BTreeMap<u64, bool>) {
+        let catalog = match self.catalog.read() {
+            Ok(c) => c.1.clone(),
+            Err(_) => return,
+        };
+        let b = CatalogBoundaries(&catalog);
+        let mut work: Vec<Recount> = due
+            .into_iter()
+            .rev()
+            .map(|(id, load)| Recount {
+                id,
+                load,
+                again: false,
+            })
+            .collect();
+        let mut changed = false;
+        while let Some(r) = work.pop() {
+            changed |= self.recount(r, &b, &mut work);
+        }
+        if changed {
+            let Ok(map) = self.map.lock() else { return };
+            let mut batch = Batch::default();
+            batch.put_meta(SPLITS_META, map.encode());
+            if let Err(e) = self.store.apply(batch) {
+                tracing::warn!(error = %e, "could not persist the split map");
+            }
+        }
+    }
+
+    /// Recounts a split and cuts or merges it; queues in `work` the halves
+    /// of a cut still past the threshold, or written while the scan ran
+    /// (their counters would miss those writes: recounted once more).
+    /// Whether the map changed.
+    fn recount(&self, r: Recount, b: &CatalogBoundaries<'_>, work: &mut Vec<Recount>) -> bool {
+        let Recount { id, load, again } = r;
+        let threshold = self.threshold.load(Ordering::Relaxed);
+        let (start, end, before) = {
+            let Ok(map) = self.map.lock() else {
+                return false;
+            };
+            let Some(idx) = map.splits().iter().position(|s| s.id == id) else {
+                return false;
+            };
+            let s = &map.splits()[idx];
+            let end = map.end_of(idx).map(|e| e.to_vec());
+            (s.start.clone(), end, (s.bytes, s.rows, s.dirty_deletes))
+        };
+        // A commit is counted once it is visible, so the snapshot taken
+        // now holds every commit in `before`; every commit at or below `ts`
+        // is in the data file once the wait returns (the visible LSN is
+        // stored before the timestamp moves).
+        let ts = self.store.visible_ts();
+        if let Err(e) = self.store.wait_readable() {
+            tracing::warn!(error = %e, "split maintenance skipped");
+            return false;
+        }
+        let Some(sizes) = self.scan_sizes(&start, end.as_deref(), ts, b) else {
+            return false;
+        };
+        let Ok(mut map) = self.map.lock() else {
+            return false;
+        };
+        let Some(idx) = map.splits().iter().position(|s| s.id == id) else {
+            return false;
+        };
+        if map.splits()[idx].start != start || map.end_of(idx) != end.as_deref() {
+            return false; // moved meanwhile: this scan is not of it
+        }
+        let total: u64 = sizes.iter().map(|(_, n, _)| n).sum();
+        let rows: u64 = sizes.iter().map(|(_, _, r)| r).sum();
+        let grown = {
+            let s = &map.splits()[idx];
+            (s.bytes, s.rows, s.dirty_deletes) != before
+        };
+        {
+            // What commits noted since `before` is added to the scan (some
+            // of it may be in the scan too: an estimate errs high).
+            let s = &mut map.splits_mut()[idx];
+            s.bytes = total + s.bytes.saturating_sub(before.0);
+            s.rows = rows + s.rows.saturating_sub(before.1);
+            s.dirty_deletes = s.dirty_deletes.saturating_sub(before.2);
+            s.oversized = false;
+            s.recounted = Some((std::time::Instant::now(), total));
+        }
+        if total > threshold || (load && sizes.len() > 1) {
+            // The row tree at which the running total passes half.
+            let mut acc = 0;
+            let mut cut = None;
+            for (root, n, _) in &sizes {
+                if acc >= total / 2 && root.as_slice() > start.as_slice() {
+                    cut = Some(root.clone());
+                    break;
+                }
+                acc += n;
+            }
+            let cut = cut.or_else(|| {
+                sizes
+                    .iter()
+                    .map(|(r, _, _)| r)
+                    .find(|r| r.as_slice() > start.as_slice())
+                    .cloned()
+            });
+            let cut = cut.and_then(|at| map.split_at(idx, at.clone(), b).map(|id| (at, id)));
+            match cut {
+                Some((at, new_id)) => {
+                    {
+                        let (left, left_rows) = sizes
+                            .iter()
+                            .take_while(|(r, _, _)| *r < at)
+                            .fold((0, 0), |(n, r), (_, bn, br)| (n + bn, r + br));
+                        let splits = map.splits_mut();
+                        splits[idx].bytes = left;
+                        splits[idx].rows = left_rows;
+                        splits[idx + 1].bytes = total - left;
+                        splits[idx + 1].rows = rows - left_rows;
+                        self.layout.fetch_add(1, Ordering::AcqRel);
+                        tracing::info!(split = id, at = ?at, "split");
+                        // A load of many times the threshold is cut until
+                        // every piece is below it.
+                        let again = again || grown;
+                        let recheck = grown && !r.again;
+                        if total - left > threshold || recheck {
+                            work.push(Recount {
+                                id: new_id,
+                                load: false,
+                                again,
+                            });
+                        }
+                        if left > threshold || recheck {
+                            work.push(Recount {
+                                id,
+                                load: false,
+                                again,
+                            });
+                        }
+                    }
+                    true
+                }
+                None => {
+                    // One row tree larger than the threshold stays whole.
+                    map.splits_mut()[idx].oversized = total > threshold;
+                    false
+                }
+            }
+        } else if total < threshold / 4 && idx + 1 < map.len() {
+            // A small neighbour's scan is small too: under the lock.
+            let next_start = map.splits()[idx + 1].start.clone();
+            let next_end = map.end_of(idx + 1).map(|e| e.to_vec());
+            let Some(next) = self.scan_sizes(&next_start, next_end.as_deref(), ts, b) else {
+                return false;
+            };
+            let next_total: u64 = next.iter().map(|(_, n, _)| n).sum();
+            if total + next_total < threshold / 2 {
+                map.splits_mut()[idx + 1].bytes = next_total;
+                map.splits_mut()[idx + 1].rows = next.iter().map(|(_, _, r)| r).sum();
+                map.merge_with_next(idx);
+                self.layout.fetch_add(1, Ordering::AcqRel);
+                tracing::info!(split = id, "merged with its right neighbour");
+                return true;
+            }
+            false
+        } else {
+            false
+        }
+    }
+
+    /// Live bytes and rows per row tree of `[start, end)` at `ts` (applied:
+    /// see [`Splits::maintain`]), in key order.
+    fn scan_sizes(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        ts: Timestamp,
+        b: &dyn Boundaries,
+    ) -> Option<Sizes> {
+        let mut out: Sizes = Vec::new();
+        for item in self.store.scan(start, end, ts) {
+            let (k, v) = item.ok()?;
+            let root = b.root_of(&k);
+            let n = (k.len() + v.len()) as u64;
+            match out.last_mut() {
+                Some((r, bytes, rows)) if *r == root => {
+                    *bytes += n;
+                    *rows += 1;
+                }
+                _ => out.push((root, n, 1)),
+            }
+        }
+        Some(out)
+    }
+}
