@@ -16,6 +16,8 @@
 //!                    several: two-phase commit        ┘ commits; flushes shared
 //!          ─► finish: ts leaves the in-flight set; visible_ts = just below the
 //!                     oldest commit still in flight ─► wait until ts is visible
+//!          ─► count the writes against their splits; queue a split due for a
+//!             recount, cut or merge for the maintenance thread ([`maintenance`])
 //! ```
 //!
 //! ## The commit pipeline
