@@ -17,7 +17,7 @@
 //!          ─► finish: ts leaves the in-flight set; visible_ts = just below the
 //!                     oldest commit still in flight ─► wait until ts is visible
 //!          ─► count the writes against their splits; queue a split due for a
-//!             recount, cut or merge for the maintenance thread ([`maintenance`])
+//!             recount, cut or merge for the maintenance thread (`maintenance.rs`)
 //! ```
 //!
 //! ## The commit pipeline
@@ -561,7 +561,7 @@ impl TxnManager {
 
     /// The splits with their statistics, in key order.
     /// Waits until split maintenance has caught up with every commit so far
-    /// (see [`maintenance`]).
+    /// (see `maintenance.rs`).
     pub fn wait_split_maintenance(&self) {
         self.splits.wait_idle();
     }
