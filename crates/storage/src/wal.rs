@@ -323,8 +323,7 @@ impl Shared {
                 };
                 loop {
                     if !q.is_empty() {
-                        let n = q.len().min(APPLY_GROUP);
-                        break q.drain(..n).collect();
+                        break take_group(&mut q);
                     }
                     if self.checkpoint_due() {
                         break Vec::new();
@@ -409,8 +408,7 @@ impl Shared {
                         .map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?
                         .0;
                 }
-                let n = q.len().min(APPLY_GROUP);
-                q.drain(..n).collect()
+                take_group(&mut q)
             };
             self.apply_jobs(kv, jobs);
             self.check()?;
@@ -422,6 +420,13 @@ impl Shared {
         tracing::debug!(lsn = durable, "write-ahead log checkpointed");
         Ok(())
     }
+}
+
+/// The next applier group: the oldest queued batches, at most
+/// [`APPLY_GROUP`].
+fn take_group(q: &mut VecDeque<Record>) -> Vec<Record> {
+    let n = q.len().min(APPLY_GROUP);
+    q.drain(..n).collect()
 }
 
 /// The batches of one applier group as one: the physical operations with

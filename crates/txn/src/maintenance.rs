@@ -35,6 +35,8 @@
 //!   so the layout it reports follows every commit before the call.
 //! * Maintenance only skips on failure: a split left uncut is cut at a
 //!   later recount.
+//! * Only the maintenance thread persists the split map, encoded under
+//!   the map's lock and written after it is released.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -265,9 +267,16 @@ impl Splits {
             changed |= self.recount(r, &b, &mut work);
         }
         if changed {
-            let Ok(map) = self.map.lock() else { return };
+            // Encoded under the lock, written without it (the write waits
+            // for the log and the applier, and commits group their writes
+            // under the lock). Only this thread writes the map, so the
+            // persisted layouts follow one another in order.
+            let encoded = match self.map.lock() {
+                Ok(map) => map.encode(),
+                Err(_) => return,
+            };
             let mut batch = Batch::default();
-            batch.put_meta(SPLITS_META, map.encode());
+            batch.put_meta(SPLITS_META, encoded);
             if let Err(e) = self.store.apply(batch) {
                 tracing::warn!(error = %e, "could not persist the split map");
             }
