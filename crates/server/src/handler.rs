@@ -740,7 +740,7 @@ where
             span.record("rows", rows);
             client
                 .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
-                    tag,
+                    tag.to_string(),
                 )))
                 .await?;
             Ok(true)
@@ -1423,7 +1423,7 @@ impl ExtendedQueryHandler for Handler {
             None => Ok(Response::EmptyQuery),
             Some(Output::Command { tag, rows }) => {
                 span.record("rows", rows);
-                Ok(Response::Execution(Tag::new(&tag)))
+                Ok(Response::Execution(Tag::new(&tag.to_string())))
             }
             Some(Output::Rows { schema, batches }) => {
                 let described = prepared.columns.as_ref().unwrap_or(&schema);

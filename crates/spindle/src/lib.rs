@@ -264,7 +264,10 @@ impl From<SqlOutput> for Output {
     fn from(o: SqlOutput) -> Self {
         match o {
             SqlOutput::Rows { schema, batches } => Output::Rows(Rows { schema, batches }),
-            SqlOutput::Command { tag, rows } => Output::Command { tag, rows },
+            SqlOutput::Command { tag, rows } => Output::Command {
+                tag: tag.to_string(),
+                rows,
+            },
         }
     }
 }
@@ -298,6 +301,11 @@ impl Session {
         if let Some(out) = self.inner.execute_parsed_now(&stmt.parsed, params)? {
             return Ok(vec![Output::from(out)]);
         }
+        self.run_prepared_general(stmt, params)
+    }
+
+    /// `stmt` on the runtime, once the fast path declined it.
+    fn run_prepared_general(&mut self, stmt: &Statement, params: &[Value]) -> Result<Vec<Output>> {
         let rt = self.runtime.clone();
         let out = rt.block_on(self.inner.execute_parsed(&stmt.parsed, params))?;
         Ok(out.into_iter().map(Output::from).collect())
@@ -305,7 +313,16 @@ impl Session {
 
     /// [`Session::execute`] of a prepared statement.
     pub fn execute_prepared(&mut self, stmt: &Statement, params: &[Value]) -> Result<u64> {
-        affected(self.run_prepared(stmt, params)?)
+        // The fast path's one output, read without the `Vec` and the
+        // conversion `run_prepared` makes (this runs once per row of a
+        // bulk load).
+        match self.inner.execute_parsed_now(&stmt.parsed, params)? {
+            Some(SqlOutput::Command { rows, .. }) => Ok(rows),
+            Some(SqlOutput::Rows { batches, .. }) => {
+                Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
+            }
+            None => affected(self.run_prepared_general(stmt, params)?),
+        }
     }
 
     /// [`Session::query`] of a prepared statement.

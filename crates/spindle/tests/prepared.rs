@@ -108,3 +108,48 @@ fn a_prepared_statement_reports_what_its_text_would() {
     let rows = s.query("SELECT count(*) FROM t", &[]).unwrap();
     assert_eq!(rows.rows().unwrap()[0].get::<i64>(0).unwrap(), 1);
 }
+
+/// `execute_prepared` returns the rows a statement affected (or returned)
+/// whichever way it ran: the fast path (a write or read by primary key)
+/// and the general one (a predicate on a non-key column, a full scan),
+/// in autocommit and in a transaction block.
+#[test]
+fn execute_prepared_counts_rows_on_every_path() {
+    let db = db();
+    let mut s = db.session();
+    let insert = s.prepare("INSERT INTO t (id, v) VALUES ($1, $2)").unwrap();
+    for i in 0..6 {
+        let v = if i % 2 == 0 {
+            Value::Null
+        } else {
+            Value::String(format!("v{i}"))
+        };
+        assert_eq!(
+            s.execute_prepared(&insert, &[Value::Int64(i), v]).unwrap(),
+            1
+        );
+    }
+    let by_key = s.prepare("UPDATE t SET v = $2 WHERE id = $1").unwrap();
+    let by_value = s.prepare("UPDATE t SET v = 'x' WHERE v IS NULL").unwrap();
+    let point = s.prepare("SELECT v FROM t WHERE id = $1").unwrap();
+    let all = s.prepare("SELECT id FROM t WHERE id >= $1").unwrap();
+    let delete = s.prepare("DELETE FROM t WHERE v = 'x'").unwrap();
+    s.execute("BEGIN", &[]).unwrap();
+    assert_eq!(
+        s.execute_prepared(&by_key, &[Value::Int64(1), Value::Null])
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.execute_prepared(&by_key, &[Value::Int64(99), Value::Null])
+            .unwrap(),
+        0
+    );
+    assert_eq!(s.execute_prepared(&by_value, &[]).unwrap(), 4);
+    s.execute("COMMIT", &[]).unwrap();
+    assert_eq!(s.execute_prepared(&point, &[Value::Int64(3)]).unwrap(), 1);
+    assert_eq!(s.execute_prepared(&point, &[Value::Int64(99)]).unwrap(), 0);
+    assert_eq!(s.execute_prepared(&all, &[Value::Int64(2)]).unwrap(), 4);
+    assert_eq!(s.execute_prepared(&delete, &[]).unwrap(), 4);
+    assert_eq!(s.execute_prepared(&all, &[Value::Int64(0)]).unwrap(), 2);
+}

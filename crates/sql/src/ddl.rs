@@ -11,11 +11,8 @@ use crate::error::{Error, Result};
 use crate::session::{Output, StatementContext};
 use crate::types::coerce;
 
-fn done(tag: &str) -> Result<Output> {
-    Ok(Output::Command {
-        tag: tag.into(),
-        rows: 0,
-    })
+fn done(tag: &'static str) -> Result<Output> {
+    Ok(Output::command(tag))
 }
 
 /// Evaluates a constant SQL expression (a column DEFAULT).

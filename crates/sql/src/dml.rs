@@ -27,6 +27,7 @@ use std::sync::Arc;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemTable, MemorySchemaProvider, SchemaProvider};
 use datafusion::sql::sqlparser::ast;
+use smallvec::SmallVec;
 use spindle_catalog::{Catalog, InterleaveKind, OnDelete, RowCodec, Table};
 use spindle_keys::key::prefix_end;
 use spindle_keys::value::PENDING_COMMIT_TIMESTAMP;
@@ -549,7 +550,10 @@ pub(crate) fn run_insert(
         None
     };
     for r in &plan.rows {
-        let mut full = vec![Value::Null; table.columns.len()];
+        // On the stack for up to 16 columns: this runs once per row.
+        let mut full: SmallVec<[Value; 16]> = std::iter::repeat_with(|| Value::Null)
+            .take(table.columns.len())
+            .collect();
         for (pos, slot) in plan.targets.iter().zip(r) {
             let v = match slot {
                 Slot::Now => now.clone(),

@@ -51,7 +51,7 @@ pub mod types;
 mod yield_points;
 
 pub use error::{Error, Result};
-pub use session::{Engine, Output, Session};
+pub use session::{Engine, Output, Session, Tag};
 
 /// Runs long storage work (scans, backfills, a commit's flush) so that it
 /// does not stall the async executor: on a multi-threaded tokio runtime the

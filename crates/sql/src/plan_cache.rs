@@ -88,17 +88,7 @@ impl FastPlan {
         catalog: &Catalog,
         params: &[Value],
     ) -> Result<Option<Output>> {
-        let command = |tag: &str, n: Option<u64>| {
-            n.map(|n| {
-                // Sized once: this runs for every fast INSERT/UPDATE/DELETE.
-                let mut text = String::with_capacity(tag.len() + 21);
-                text.push_str(tag);
-                text.push(' ');
-                // Writing to a String cannot fail.
-                let _ = std::fmt::Write::write_fmt(&mut text, format_args!("{n}"));
-                Output::Command { tag: text, rows: n }
-            })
-        };
+        let command = |verb: &'static str, n: Option<u64>| n.map(|n| Output::counted(verb, n));
         match self {
             FastPlan::Select(p) => run_select(ctx, catalog, p, params),
             FastPlan::Constant(p) => run_constant(p, params),

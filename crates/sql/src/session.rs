@@ -54,14 +54,44 @@ pub enum Output {
     },
     /// PostgreSQL command tag (`INSERT 0 3`, `CREATE TABLE`, …) and the
     /// number of rows it affected.
-    Command { tag: String, rows: u64 },
+    Command { tag: Tag, rows: u64 },
 }
 
 impl Output {
-    fn command(tag: &str) -> Output {
+    pub(crate) fn command(tag: &'static str) -> Output {
         Output::Command {
-            tag: tag.to_string(),
+            tag: Tag::Text(tag.into()),
             rows: 0,
+        }
+    }
+
+    /// The output of a statement that affected `rows` rows, tagged `verb`
+    /// and the count (`INSERT 0` → `INSERT 0 3`).
+    pub(crate) fn counted(verb: &'static str, rows: u64) -> Output {
+        Output::Command {
+            tag: Tag::Counted(verb, rows),
+            rows,
+        }
+    }
+}
+
+/// A PostgreSQL command tag, made into text only when it is sent
+/// (`Display`): an embedded caller that only wants the row count never
+/// formats it (a bulk load runs one INSERT per row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tag {
+    /// The whole tag: `CREATE TABLE`, `SET`.
+    Text(std::borrow::Cow<'static, str>),
+    /// A verb followed by a row count: `Counted("INSERT 0", 3)` is
+    /// `INSERT 0 3`.
+    Counted(&'static str, u64),
+}
+
+impl std::fmt::Display for Tag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tag::Text(t) => f.write_str(t),
+            Tag::Counted(verb, n) => write!(f, "{verb} {n}"),
         }
     }
 }
@@ -491,10 +521,7 @@ impl StatementContext {
                     ));
                 };
                 let n = dml::insert(self, insert, upsert).await?;
-                Ok(Output::Command {
-                    tag: format!("INSERT 0 {n}"),
-                    rows: n,
-                })
+                Ok(Output::counted("INSERT 0", n))
             }
             Statement::Update(update) => {
                 let mut stmt = ast::Statement::Update(*update);
@@ -505,17 +532,11 @@ impl StatementContext {
                     ));
                 };
                 let n = dml::update(self, update).await?;
-                Ok(Output::Command {
-                    tag: format!("UPDATE {n}"),
-                    rows: n,
-                })
+                Ok(Output::counted("UPDATE", n))
             }
             Statement::Delete(delete) => {
                 let n = dml::delete(self, *delete).await?;
-                Ok(Output::Command {
-                    tag: format!("DELETE {n}"),
-                    rows: n,
-                })
+                Ok(Output::counted("DELETE", n))
             }
             Statement::Query(q) => {
                 if let Some(out) = crate::fastpath::point_select(self, &q, read_only)? {
@@ -548,7 +569,7 @@ impl StatementContext {
         let out = Box::pin(scratch.run(inner, false)).await?;
         let splits = scratch.lock()?.write_splits()?;
         let (tag, rows) = match out {
-            Output::Command { tag, rows } => (tag, rows),
+            Output::Command { tag, rows } => (tag.to_string(), rows),
             Output::Rows { .. } => (String::new(), 0),
         };
         let commit = match splits.len() {

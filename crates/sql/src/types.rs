@@ -520,9 +520,11 @@ pub fn coerce(v: Value, t: &DataType, column: &str) -> Result<Value> {
             Value::Bool(parse_bool(&s).ok_or_else(|| invalid(&s))?)
         }
         (Value::String(s), DataType::String(limit)) => {
-            if let Some(n) = limit {
+            // A text no longer in bytes than the limit is no longer in
+            // characters either: only a longer one is counted.
+            if let Some(n) = limit.filter(|n| s.len() > *n as usize) {
                 let len = s.chars().count();
-                if len > *n as usize {
+                if len > n as usize {
                     return Err(Error::StringTooLong(format!(
                         "value too long for column \"{column}\" of type {t}: {len} characters"
                     )));
