@@ -34,7 +34,12 @@ pub fn key(c: &Catalog, id: i64) -> Vec<u8> {
 
 pub fn setup(dir: &std::path::Path) -> Setup {
     let mgr = TxnManager::new(Store::open(dir).expect("open store")).expect("open database");
-    mgr.set_split_threshold(32 * 1024);
+    // The accounts take about 320 KiB of keys and values. Split
+    // maintenance runs in the background, so a split may take several
+    // loads before it is cut, and a cut leaves pieces anywhere from half
+    // the threshold to just below it: at 16 KiB that is at least 20
+    // splits however the cuts fall (at 32 KiB it could be as few as 10).
+    mgr.set_split_threshold(16 * 1024);
     let mut c = Catalog::new();
     c.create_table(TableDef {
         name: "accounts".into(),

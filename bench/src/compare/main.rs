@@ -314,6 +314,7 @@ fn commits(seconds: f64, records: &mut Vec<Record>) -> Result<()> {
             s.split_first.len()
         ));
     }
+    progress(format!("commits: {} splits", s.split_first.len()));
     let fig = |r: &spindle_bench::commits::Result| Figure::from_hist(r.commits, r.seconds, &r.hist);
     for clients in [1usize, 8] {
         progress(format!("commits: {clients} client(s)"));
