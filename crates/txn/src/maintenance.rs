@@ -13,7 +13,8 @@
 //!        map lock: start, end, counters ─► ts = visible_ts, wait until the data file has ts
 //!        ─► scan [start, end) at ts (no lock) ─► map lock:
 //!                   unchanged? counters = scan (+ growth since) ─► cut at the middle row tree
-//!                   or merge a small split with its neighbour ─► halves still too big: again
+//!                   or (small) scan the neighbour (no lock) ─► map lock: both unchanged? merge
+//!                   ─► halves still too big: again
 //!        map changed ─► persist it (metadata batch)
 //! ```
 //!
@@ -27,7 +28,9 @@
 //!   a row tree never spans two splits.
 //! * A scan's sizes apply only to the split it scanned: if the split's start
 //!   or end moved meanwhile, the result is dropped (the next due commit
-//!   queues it again).
+//!   queues it again). No scan runs with the map locked: a merge's scan of
+//!   the neighbour neither (the neighbour may be large), and the merge is
+//!   made only if neither split moved meanwhile.
 //! * Counters are estimates between recounts: a recount sets them from the
 //!   scan at `ts` plus what commits noted while it ran.
 //! * [`Splits::wait_idle`] returns once nothing is queued or running:
@@ -399,22 +402,44 @@ impl Splits {
                 }
             }
         } else if total < threshold / 4 && idx + 1 < map.len() {
-            // A small neighbour's scan is small too: under the lock.
-            let next_start = map.splits()[idx + 1].start.clone();
+            // The neighbour is scanned without the map's lock (every commit
+            // groups its writes under it, and the neighbour may be large);
+            // the merge is made only if neither split moved meanwhile.
+            let next = &map.splits()[idx + 1];
+            let next_start = next.start.clone();
+            let next_before = (next.bytes, next.rows);
             let next_end = map.end_of(idx + 1).map(|e| e.to_vec());
+            drop(map);
             let Some(next) = self.scan_sizes(&next_start, next_end.as_deref(), ts, b) else {
                 return false;
             };
             let next_total: u64 = next.iter().map(|(_, n, _)| n).sum();
-            if total + next_total < threshold / 2 {
-                map.splits_mut()[idx + 1].bytes = next_total;
-                map.splits_mut()[idx + 1].rows = next.iter().map(|(_, _, r)| r).sum();
-                map.merge_with_next(idx);
-                self.layout.fetch_add(1, Ordering::AcqRel);
-                tracing::info!(split = id, "merged with its right neighbour");
-                return true;
+            let next_rows: u64 = next.iter().map(|(_, _, r)| r).sum();
+            if total + next_total >= threshold / 2 {
+                return false;
             }
-            false
+            let Ok(mut map) = self.map.lock() else {
+                return false;
+            };
+            let Some(idx) = map.splits().iter().position(|s| s.id == id) else {
+                return false;
+            };
+            let unmoved = idx + 1 < map.len()
+                && map.splits()[idx].start == start
+                && map.splits()[idx + 1].start == next_start
+                && map.end_of(idx + 1) == next_end.as_deref();
+            if !unmoved {
+                return false;
+            }
+            // As for the split itself: what commits noted since the
+            // neighbour's counters were read is added to its scan.
+            let n = &mut map.splits_mut()[idx + 1];
+            n.bytes = next_total + n.bytes.saturating_sub(next_before.0);
+            n.rows = next_rows + n.rows.saturating_sub(next_before.1);
+            map.merge_with_next(idx);
+            self.layout.fetch_add(1, Ordering::AcqRel);
+            tracing::info!(split = id, "merged with its right neighbour");
+            true
         } else {
             false
         }
