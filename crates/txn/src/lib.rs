@@ -1358,7 +1358,7 @@ impl Transaction {
                 .map_err(Error::ResolveCommitTimestamp)?;
             buffered.insert(k, v);
         }
-        let mut writes: Vec<Write> = buffered.into_iter().collect();
+        let mut writes: Vec<Write> = buffered.into_vec();
         if catalog_changed {
             writes.push((CATALOG_KEY.to_vec(), Some(self.catalog.to_bytes())));
         }
