@@ -143,6 +143,8 @@ const SELECTS: &[&str] = &[
     "SELECT a, b FROM Parents WHERE $1 < A",
     "SELECT a, k FROM Kids WHERE a <= $1",
     "SELECT a, k FROM Kids WHERE a = $1 AND b = $2 AND k > 0 AND k <= 2",
+    // No key column: the scan must still tell the rows from their kids'.
+    "SELECT w, v FROM Parents WHERE a > $1 AND a <= 5",
 ];
 
 /// Which of [`SELECTS`] the fast path must take (the one comparing a
@@ -327,6 +329,8 @@ fn long_fast_scans_match_the_general_path() {
     .unwrap();
     for sql in [
         "SELECT B, V FROM Parents WHERE A = 1",
+        // No key column read: the kids' entries are still told apart.
+        "SELECT V FROM Parents WHERE A = 1",
         "SELECT B, K FROM Kids WHERE A = 1",
     ] {
         let before = db.engine().fast_path_count();

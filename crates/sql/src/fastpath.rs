@@ -4,6 +4,9 @@
 //!
 //! ```text
 //! SELECT a, b AS x FROM t [AS q] WHERE k1 = 1 AND k2 = 'x'   → Transaction::get(key)
+//! SELECT a FROM t WHERE k1 = $1 AND k2 >= 3 AND k2 < $2     → Transaction::scan, rows
+//!                                   decoded into Arrow as the general scan's
+//!                                   (provider::scan_range_batch)
 //! UPDATE t SET a = a + 1, b = $2 WHERE k1 = $1 AND k2 = …    → get, compute, put_row
 //! DELETE FROM t WHERE k1 = … AND k2 = …                      → the row tree by key
 //! INSERT INTO t VALUES (1, 'x'), ($1, $2)                    → no query at all (dml.rs)
@@ -29,6 +32,7 @@ use spindle_keys::{DataType, Value};
 use crate::dml::literal_value;
 use crate::error::{Error, Result};
 use crate::parser::fold_ident;
+use crate::provider::ScanRequest;
 use crate::session::{Output, StatementContext};
 use crate::types::{build_array, table_schema};
 
@@ -443,6 +447,8 @@ pub(crate) struct SelectPlan {
     out: Vec<usize>,
     schema: SchemaRef,
     range: KeyRange<Slot>,
+    /// A range's scan: the table's ancestry and the output columns.
+    request: ScanRequest,
 }
 
 /// `SELECT cols FROM t WHERE <key equality prefix [and a range]>`: the
@@ -555,12 +561,23 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
             f.as_ref().clone().with_name(name)
         })
         .collect();
+    let out: Vec<usize> = out.into_iter().map(|(i, _)| i).collect();
+    let chain = catalog.ancestry(&table.name).ok()?;
+    let request = ScanRequest {
+        alone: chain.len() == 1 && !catalog.has_interleaved(&table.name),
+        chain: chain.into_iter().cloned().collect(),
+        ranges: Vec::new(),
+        columns: out.clone(),
+        limit: None,
+        filter: None,
+    };
     Some(SelectPlan {
         for_update,
         table: table.clone(),
-        out: out.into_iter().map(|(i, _)| i).collect(),
+        out,
         schema: Arc::new(Schema::new(fields)),
         range,
+        request,
     })
 }
 
@@ -646,11 +663,32 @@ pub(crate) fn run_select(
         return Ok(None);
     };
     let rows: Vec<Vec<Value>> = match range {
-        KeyRange::Nothing => Vec::new(),
         KeyRange::Scan { eq, lower, upper }
-            if lower.is_none() && upper.is_none() && eq.len() == table.primary_key.len() =>
+            if lower.is_some() || upper.is_some() || eq.len() < table.primary_key.len() =>
         {
-            // One row: a point read.
+            let chain = catalog.ancestry(&table.name)?;
+            let Some((start, end)) =
+                scan_bounds(catalog, &chain, &eq, lower.as_ref(), upper.as_ref())
+            else {
+                return Ok(None);
+            };
+            let txn = ctx.lock()?;
+            let batch = crate::provider::scan_range_batch(
+                &txn,
+                &plan.request,
+                &plan.schema,
+                &start,
+                end.as_deref(),
+                INLINE_SCAN_ENTRIES,
+            )?;
+            return Ok(Some(Output::Rows {
+                schema: plan.schema.clone(),
+                batches: batch.into_iter().collect(),
+            }));
+        }
+        KeyRange::Nothing => Vec::new(),
+        KeyRange::Scan { eq, .. } => {
+            // What is left: every key column fixed, one row, a point read.
             let Ok(key) = catalog.encode_key(&table.name, &eq) else {
                 return Ok(None);
             };
@@ -662,15 +700,6 @@ pub(crate) fn run_select(
                 None => Vec::new(),
                 Some(v) => vec![crate::dml::stored_row(table, &eq, &v)?],
             }
-        }
-        KeyRange::Scan { eq, lower, upper } => {
-            let chain = catalog.ancestry(&table.name)?;
-            let Some((start, end)) =
-                scan_bounds(catalog, &chain, &eq, lower.as_ref(), upper.as_ref())
-            else {
-                return Ok(None);
-            };
-            scan_rows(ctx, &chain, table, &start, end.as_deref())?
         }
     };
     let batches = if rows.is_empty() {
@@ -698,54 +727,6 @@ pub(crate) fn run_select(
 /// tree's children, a few keys) costs microseconds, less than the
 /// hand-off of a tokio worker `block_in_place` makes.
 const INLINE_SCAN_ENTRIES: usize = 256;
-
-/// The rows of `table` in `[start, end)`, in key order, jumping over the
-/// descendants of each row (as the general scan does).
-fn scan_rows(
-    ctx: &StatementContext,
-    chain: &[&Table],
-    table: &Table,
-    start: &[u8],
-    end: Option<&[u8]>,
-) -> Result<Vec<Vec<Value>>> {
-    let txn = ctx.lock()?;
-    let mut iter = txn.scan(start, end);
-    let mut rows = Vec::new();
-    let mut last: Vec<u8> = Vec::new();
-    let mut step = |budget: Option<usize>| -> Result<bool> {
-        let mut n = 0usize;
-        // Each entry is decoded from the store's pages (`next_with`: no copy
-        // of its key and value); true when it lies below the last row, i.e.
-        // the scan should jump over that row's tree.
-        while let Some(item) = iter.next_with(|key, value| -> Result<bool> {
-            match Catalog::decode_key(chain, key)? {
-                Some(kv) => {
-                    rows.push(crate::dml::stored_row(table, &kv, value)?);
-                    last.clear();
-                    last.extend_from_slice(key);
-                    Ok(false)
-                }
-                None => Ok(!last.is_empty() && key.starts_with(&last)),
-            }
-        }) {
-            if item?? {
-                match spindle_keys::key::prefix_end(&last) {
-                    Some(e) => iter.seek(&e),
-                    None => return Ok(true),
-                }
-            }
-            n += 1;
-            if budget.is_some_and(|b| n >= b) {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    };
-    if !step(Some(INLINE_SCAN_ENTRIES))? {
-        crate::blocking(|| step(None))?;
-    }
-    Ok(rows)
-}
 
 /// An UPDATE's SET value in a form the fast path knows: a literal or
 /// parameter, a column, or `col ± value` / `value + col` on INT64 (with

@@ -1502,6 +1502,48 @@ impl Tail {
     }
 }
 
+/// The rows of `request`'s table in `[start, end)` of `txn`'s snapshot
+/// (and its own writes), decoded straight from the store's pages into one
+/// batch of `schema`: the fast path's key-range SELECT
+/// ([`crate::fastpath`]). Only the requested columns are decoded, and the
+/// scan jumps over row trees below the rows, as every scan does. The first
+/// `inline_entries` entries are read on the calling thread, the rest
+/// through [`crate::blocking`] (a short range costs less than the hand-off
+/// of a tokio worker). `None` when the range holds no row.
+pub(crate) fn scan_range_batch(
+    txn: &Transaction,
+    request: &ScanRequest,
+    schema: &SchemaRef,
+    start: &[u8],
+    end: Option<&[u8]>,
+    inline_entries: usize,
+) -> crate::Result<Option<RecordBatch>> {
+    let mut iter = txn.scan(start, end);
+    let mut rows = RowDecoder::with_capacity(request, 16)?;
+    let mut reader = RowReader::new(None, request);
+    // True once the scan is done.
+    let mut step = |budget: Option<usize>| -> crate::Result<bool> {
+        let mut n = 0usize;
+        while let Step::Entry(_) = reader.step(&mut iter, &mut rows)? {
+            if !reader.jump(&mut iter) {
+                return Ok(true);
+            }
+            n += 1;
+            if budget.is_some_and(|b| n >= b) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    if !step(Some(inline_entries))? {
+        crate::blocking(|| step(None))?;
+    }
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(rows.finish(schema)?))
+}
+
 /// Reads every row of a plain scan (no index fetch, no limit) into
 /// batches handed to `emit`, which returns false to stop: the first of
 /// `first_batch` rows, the others of `BATCH_ROWS`.
@@ -1700,6 +1742,12 @@ pub struct RowDecoder<'a> {
 
 impl<'a> RowDecoder<'a> {
     pub fn new(request: &'a ScanRequest) -> crate::Result<Self> {
+        Self::with_capacity(request, FIRST_BATCH_ROWS)
+    }
+
+    /// A decoder whose column builders start with room for `rows` rows
+    /// (a short scan need not allocate a full first batch).
+    pub fn with_capacity(request: &'a ScanRequest, rows: usize) -> crate::Result<Self> {
         let table = request
             .chain
             .last()
@@ -1740,7 +1788,7 @@ impl<'a> RowDecoder<'a> {
         let columns = request
             .columns
             .iter()
-            .map(|c| ColumnBuilder::new(&table.columns[*c].data_type, FIRST_BATCH_ROWS))
+            .map(|c| ColumnBuilder::new(&table.columns[*c].data_type, rows))
             .collect::<crate::Result<Vec<_>>>()?;
         let stored = column_of_id
             .iter()
