@@ -145,6 +145,8 @@ const SELECTS: &[&str] = &[
     "SELECT a, k FROM Kids WHERE a = $1 AND b = $2 AND k > 0 AND k <= 2",
     // No key column: the scan must still tell the rows from their kids'.
     "SELECT w, v FROM Parents WHERE a > $1 AND a <= 5",
+    // Every column type (TIMESTAMP, JSON with its metadata) over a range.
+    "SELECT * FROM Parents WHERE a >= $1",
 ];
 
 /// Which of [`SELECTS`] the fast path must take (the one comparing a
