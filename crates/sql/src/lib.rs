@@ -31,6 +31,7 @@ pub mod describe;
 pub mod dml;
 pub mod error;
 pub(crate) mod fastpath;
+pub(crate) mod helper_threads;
 pub mod hints;
 pub(crate) mod index;
 pub mod info_schema;

@@ -46,7 +46,8 @@
 //! ([`RowDecoder`]); nothing the query does not project is decoded.
 //!
 //! A scan of one range that fills its first batch hands the far half of
-//! what is left to a helper thread (`TxnScan::split_off`):
+//! what is left to a helper thread (`TxnScan::split_off`; a kept thread,
+//! see `helper_threads`):
 //!
 //! ```text
 //!   range  [start ─── 1024th row ─────────── cut ──────────────── end)
@@ -1462,33 +1463,31 @@ impl Tail {
         let slot = Arc::new(Mutex::new(Some(iter)));
         let helper_slot = slot.clone();
         let helper_request = request.clone();
-        let spawned = std::thread::Builder::new()
-            .name("spindle-scan".into())
-            .spawn(move || {
-                let _mgr = mgr; // the store stays open while the scan runs
-                let Some(mut iter) = helper_slot.lock().ok().and_then(|mut s| s.take()) else {
-                    return;
-                };
-                let result =
-                    RowDecoder::new(&helper_request)
-                        .map_err(external)
-                        .and_then(|mut rows| {
-                            let mut reader = RowReader::new(points, &helper_request);
-                            read_rows(
-                                &mut iter,
-                                &mut reader,
-                                &mut rows,
-                                &schema,
-                                first_batch,
-                                &mut |b| tx.blocking_send(Ok(b)).is_ok(),
-                            )
-                        });
-                if let Err(e) = result {
-                    let _ = tx.blocking_send(Err(e));
-                }
-            });
+        // A kept helper thread if one is idle (a new thread costs ~50 µs).
+        let spawned = crate::helper_threads::run("spindle-scan", move || {
+            let _mgr = mgr; // the store stays open while the scan runs
+            let Some(mut iter) = helper_slot.lock().ok().and_then(|mut s| s.take()) else {
+                return;
+            };
+            let result = RowDecoder::new(&helper_request)
+                .map_err(external)
+                .and_then(|mut rows| {
+                    let mut reader = RowReader::new(points, &helper_request);
+                    read_rows(
+                        &mut iter,
+                        &mut reader,
+                        &mut rows,
+                        &schema,
+                        first_batch,
+                        &mut |b| tx.blocking_send(Ok(b)).is_ok(),
+                    )
+                });
+            if let Err(e) = result {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
         let taken_back = match spawned {
-            Ok(_) => None,
+            Ok(()) => None,
             Err(e) => {
                 tracing::debug!(error = %e, "no scan helper thread; reading the far half inline");
                 slot.lock().ok().and_then(|mut s| s.take())
