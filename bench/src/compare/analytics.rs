@@ -222,26 +222,39 @@ fn same_answer(a: &Answer, b: &Answer) -> Option<String> {
     None
 }
 
-async fn time_wire(c: &Client, sql: &str, runs: usize) -> Result<(Figure, Answer)> {
-    let answer = text_rows(c, sql).await?; // warm-up, and the answer
-    let mut times = Vec::new();
+/// The three systems' timed runs of `sql`, alternated (Spindle,
+/// PostgreSQL, SQLite, Spindle, …) after one warm-up run each, which also
+/// gives the answers: the machine's slow stretches then fall on all three
+/// rather than on whichever ran during them.
+async fn time_alternating(
+    sp: &Client,
+    pg: &Client,
+    lite: &Connection,
+    sql: &str,
+    runs: usize,
+) -> Result<[(Figure, Answer); 3]> {
+    let answers = [
+        text_rows(sp, sql).await?,
+        text_rows(pg, sql).await?,
+        sqlite_query(lite, sql)?,
+    ];
+    let mut times: [Vec<Duration>; 3] = Default::default();
     for _ in 0..runs {
+        for (i, client) in [sp, pg].into_iter().enumerate() {
+            let t = Instant::now();
+            text_rows(client, sql).await?;
+            times[i].push(t.elapsed());
+        }
         let t = Instant::now();
-        text_rows(c, sql).await?;
-        times.push(t.elapsed());
+        sqlite_query(lite, sql)?;
+        times[2].push(t.elapsed());
     }
-    Ok((Figure::from_latencies(&times), answer))
-}
-
-fn time_sqlite(c: &Connection, sql: &str, runs: usize) -> Result<(Figure, Answer)> {
-    let answer = sqlite_query(c, sql)?;
-    let mut times: Vec<Duration> = Vec::new();
-    for _ in 0..runs {
-        let t = Instant::now();
-        sqlite_query(c, sql)?;
-        times.push(t.elapsed());
-    }
-    Ok((Figure::from_latencies(&times), answer))
+    let [a0, a1, a2] = answers;
+    Ok([
+        (Figure::from_latencies(&times[0]), a0),
+        (Figure::from_latencies(&times[1]), a1),
+        (Figure::from_latencies(&times[2]), a2),
+    ])
 }
 
 pub async fn run(pg: &Client, sp: &Client, s: &Sizes, out: &mut Vec<Record>) -> Result<()> {
@@ -286,9 +299,8 @@ pub async fn run(pg: &Client, sp: &Client, s: &Sizes, out: &mut Vec<Record>) -> 
 
     for (name, sql) in [("Q1 scan-aggregate", Q1), ("Q3 3-table join", Q3)] {
         progress(format!("analytics: {name}"));
-        let (spf, spa) = time_wire(sp, sql, s.runs).await?;
-        let (pgf, pga) = time_wire(pg, sql, s.runs).await?;
-        let (ltf, lta) = time_sqlite(&lite, sql, s.runs)?;
+        let [(spf, spa), (pgf, pga), (ltf, lta)] =
+            time_alternating(sp, pg, &lite, sql, s.runs).await?;
         if pga.is_empty() {
             return fail(format!("{name}: PostgreSQL returned no rows"));
         }
@@ -300,8 +312,8 @@ pub async fn run(pg: &Client, sp: &Client, s: &Sizes, out: &mut Vec<Record>) -> 
             }
         }
         let note = format!(
-            "{n_lines} lineitem rows; median of {} runs after a warm-up; the three systems \
-             returned the same rows; load time: PostgreSQL {:.1} s (COPY + VACUUM ANALYZE), \
+            "{n_lines} lineitem rows; median of {} runs after a warm-up, the systems' runs \
+             alternated; the three systems returned the same rows; load time: PostgreSQL {:.1} s (COPY + VACUUM ANALYZE), \
              Spindle {:.1} s (COPY), SQLite {:.1} s (inserts in one transaction)",
             s.runs,
             pg_load.as_secs_f64(),
