@@ -443,11 +443,10 @@ pub(crate) struct SelectPlan {
     /// row's write lock first ([`crate::dml::lock_row`]).
     pub(crate) for_update: bool,
     table: Table,
-    /// Output columns: indexes into `table.columns`.
-    out: Vec<usize>,
     schema: SchemaRef,
     range: KeyRange<Slot>,
-    /// A range's scan: the table's ancestry and the output columns.
+    /// The table's ancestry and the output columns (indexes into
+    /// `table.columns`): a range's scan, a point read's columns.
     request: ScanRequest,
 }
 
@@ -567,14 +566,13 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
         alone: chain.len() == 1 && !catalog.has_interleaved(&table.name),
         chain: chain.into_iter().cloned().collect(),
         ranges: Vec::new(),
-        columns: out.clone(),
+        columns: out,
         limit: None,
         filter: None,
     };
     Some(SelectPlan {
         for_update,
         table: table.clone(),
-        out,
         schema: Arc::new(Schema::new(fields)),
         range,
         request,
@@ -666,7 +664,7 @@ pub(crate) fn run_select(
         KeyRange::Scan { eq, lower, upper }
             if lower.is_some() || upper.is_some() || eq.len() < table.primary_key.len() =>
         {
-            let chain = catalog.ancestry(&table.name)?;
+            let chain: Vec<&Table> = plan.request.chain.iter().collect();
             let Some((start, end)) =
                 scan_bounds(catalog, &chain, &eq, lower.as_ref(), upper.as_ref())
             else {
@@ -706,7 +704,8 @@ pub(crate) fn run_select(
         Vec::new()
     } else {
         let arrays = plan
-            .out
+            .request
+            .columns
             .iter()
             .map(|i| {
                 let vals: Vec<&Value> = rows.iter().map(|r| &r[*i]).collect();
