@@ -152,8 +152,15 @@ struct Run {
 
 fn spawn_child(dir: &Path, role: &str, start: i64) -> (Child, Receiver<String>) {
     let exe = std::env::current_exe().expect("current_exe");
+    let test = crate::common::libtest_name(module_path!(), TEST_NAME);
     let mut child = Command::new(exe)
-        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads", "1"])
+        .args([
+            test.as_str(),
+            "--exact",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env(ROLE_ENV, role)
         .env(DIR_ENV, dir)
         .env(START_ENV, start.to_string())

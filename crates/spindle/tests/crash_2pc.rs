@@ -98,13 +98,9 @@ fn child(dir: &Path, run: i64) -> ! {
 
 fn run_and_kill(dir: &Path, run: i64, acks_wanted: usize) -> Vec<i64> {
     let exe = std::env::current_exe().unwrap();
+    let test = crate::common::libtest_name(module_path!(), "sigkill_during_cross_split_transfers");
     let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "sigkill_during_cross_split_transfers",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", test.as_str(), "--nocapture", "--test-threads=1"])
         .env(ROLE_ENV, format!("{}|{run}", dir.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

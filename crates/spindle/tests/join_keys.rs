@@ -6,9 +6,7 @@
 //! plan run again after its build side changed — and the scan must read
 //! only the matching rows.
 
-mod common;
-
-use common::{output_rows, rows};
+use crate::common::{output_rows, rows};
 use spindle::{Database, Session, Value};
 
 const ORDERS: i64 = 1000;

@@ -5,9 +5,7 @@
 //! plan that depends on more than its text and catalog must not be kept,
 //! and reads through a kept plan must count for serializability.
 
-mod common;
-
-use common::rows;
+use crate::common::rows;
 use spindle::{Database, Value};
 
 fn db() -> Database {

@@ -4,9 +4,7 @@
 //! scan's output rows in EXPLAIN ANALYZE show which rows were decoded.
 //! (The answers themselves are checked in sql-tests/row_filter.slt.)
 
-mod common;
-
-use common::{output_rows, rows};
+use crate::common::{output_rows, rows};
 use spindle::{Database, Session, Value};
 
 fn db() -> Database {

@@ -4,12 +4,10 @@
 //! far half really handed to the second partition, and plans whose
 //! partitions wait on each other (a hash join's dynamic filter) finishing.
 
-mod common;
-
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::rows;
+use crate::common::rows;
 use spindle::{Database, Value};
 
 /// Root rows: well past the scan's first batch (1 024 rows), after which

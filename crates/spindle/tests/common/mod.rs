@@ -29,3 +29,13 @@ pub fn output_rows(line: &str) -> f64 {
         None => n.parse().unwrap(),
     }
 }
+
+/// The name libtest knows test `name` of the module at `module_path` by
+/// (`crash::name`: the module path without the test crate's own name), for
+/// re-executing this test binary with `--exact` to run that test alone.
+pub fn libtest_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
