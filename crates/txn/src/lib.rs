@@ -925,16 +925,25 @@ struct SplitDelta {
     bytes: u64,
     puts: u64,
     deletes: u64,
+    /// The smallest and the largest key written: if the layout changed
+    /// since the writes were grouped, every split now between them is
+    /// recounted (several cuts may have spread the old split's range).
+    first: Vec<u8>,
+    last: Vec<u8>,
 }
 
 impl SplitDelta {
     fn of(id: u64, ws: &[Write]) -> SplitDelta {
+        let first = ws.iter().map(|(k, _)| k).min().cloned().unwrap_or_default();
+        let last = ws.iter().map(|(k, _)| k).max().cloned().unwrap_or_default();
         let mut d = SplitDelta {
             id,
             writes: ws.len() as u64,
             bytes: 0,
             puts: 0,
             deletes: 0,
+            first,
+            last,
         };
         for (k, v) in ws {
             match v {

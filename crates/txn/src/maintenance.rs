@@ -97,6 +97,27 @@ struct Recount {
 /// Live bytes and rows per row tree, in key order.
 type Sizes = Vec<(Vec<u8>, u64, u64)>;
 
+/// The `(bytes, rows)` counters of a cut split's two halves: the recount's
+/// scan found `scanned` in all and `left` of it below the cut, and commits
+/// noted `growth` against the split while the scan ran. The growth goes to
+/// the left half, the split those commits named (where in the split they
+/// wrote is not known; a grown cut is recounted once more, which settles
+/// it): dropping it would leave the split map's totals short of the data
+/// until the next recount, which a split that stops growing never gets.
+fn cut_counters(
+    scanned: (u64, u64),
+    left: (u64, u64),
+    growth: (u64, u64),
+) -> ((u64, u64), (u64, u64)) {
+    (
+        (left.0 + growth.0, left.1 + growth.1),
+        (
+            scanned.0.saturating_sub(left.0),
+            scanned.1.saturating_sub(left.1),
+        ),
+    )
+}
+
 impl Splits {
     pub(crate) fn new(
         map: SplitMap,
@@ -131,8 +152,10 @@ impl Splits {
     /// due for a recount (under the split map's lock, which commits take to
     /// group their writes: counters only, no scan). `layout`: the layout
     /// version the commit grouped its writes under; if a cut or merge came
-    /// since, the splits it touched and their right neighbours (where a
-    /// cut put part of its writes) are recounted.
+    /// since, every split now holding a key range the commit wrote (several
+    /// cuts may have spread one old split over many), and the split each
+    /// delta named, is recounted: the counts went to the named split, and
+    /// the recounts put them where the rows are.
     pub(crate) fn note_commit(&self, deltas: &[SplitDelta], layout: u64) {
         let threshold = self.threshold.load(Ordering::Relaxed);
         let after = self.load_split_after_micros.load(Ordering::Relaxed);
@@ -143,8 +166,10 @@ impl Splits {
             };
             if self.layout() != layout {
                 for d in deltas {
-                    if let Some(idx) = map.splits().iter().position(|s| s.id == d.id) {
-                        due.extend(map.splits()[idx..].iter().take(2).map(|s| (s.id, false)));
+                    let (lo, hi) = (map.index_of(&d.first), map.index_of(&d.last));
+                    due.extend(map.splits()[lo..=hi].iter().map(|s| (s.id, false)));
+                    if let Some(s) = map.splits().iter().find(|s| s.id == d.id) {
+                        due.push((s.id, false));
                     }
                 }
             }
@@ -368,10 +393,16 @@ impl Splits {
                             .take_while(|(r, _, _)| *r < at)
                             .fold((0, 0), |(n, r), (_, bn, br)| (n + bn, r + br));
                         let splits = map.splits_mut();
-                        splits[idx].bytes = left;
-                        splits[idx].rows = left_rows;
-                        splits[idx + 1].bytes = total - left;
-                        splits[idx + 1].rows = rows - left_rows;
+                        let growth = (
+                            splits[idx].bytes.saturating_sub(total),
+                            splits[idx].rows.saturating_sub(rows),
+                        );
+                        let ((lb, lr), (rb, rr)) =
+                            cut_counters((total, rows), (left, left_rows), growth);
+                        splits[idx].bytes = lb;
+                        splits[idx].rows = lr;
+                        splits[idx + 1].bytes = rb;
+                        splits[idx + 1].rows = rr;
                         self.layout.fetch_add(1, Ordering::AcqRel);
                         tracing::info!(split = id, at = ?at, "split");
                         // A load of many times the threshold is cut until
@@ -468,5 +499,25 @@ impl Splits {
             }
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_counters;
+
+    #[test]
+    fn a_cut_keeps_what_commits_noted_during_its_scan() {
+        // 3 000 bytes / 40 rows scanned, 1 200 / 16 below the cut; commits
+        // noted 500 bytes / 8 rows against the split while the scan ran.
+        let (l, r) = cut_counters((3_000, 40), (1_200, 16), (500, 8));
+        assert_eq!(l, (1_700, 24));
+        assert_eq!(r, (1_800, 24));
+        assert_eq!((l.0 + r.0, l.1 + r.1), (3_500, 48));
+        // Without growth, the halves are the scan's.
+        assert_eq!(
+            cut_counters((3_000, 40), (1_200, 16), (0, 0)),
+            ((1_200, 16), (1_800, 24))
+        );
     }
 }
