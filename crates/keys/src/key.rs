@@ -348,14 +348,22 @@ pub fn root_table_id(key: &[u8]) -> Result<u32, Error> {
 /// The smallest key greater than every key that starts with `prefix`
 /// (`None` if there is none, i.e. the prefix is all 0xFF).
 pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
+    let mut end = Vec::with_capacity(prefix.len());
+    prefix_end_into(prefix, &mut end).then_some(end)
+}
+
+/// [`prefix_end`] written into `out` (cleared first, its allocation
+/// reused); false if there is none.
+pub fn prefix_end_into(prefix: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    out.extend_from_slice(prefix);
+    while let Some(last) = out.pop() {
         if last < 0xFF {
-            end.push(last + 1);
-            return Some(end);
+            out.push(last + 1);
+            return true;
         }
     }
-    None
+    false
 }
 
 #[cfg(test)]

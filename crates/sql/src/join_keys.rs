@@ -42,8 +42,6 @@ use datafusion::physical_expr::expressions::{
 };
 use datafusion::physical_expr::PhysicalExpr;
 
-use crate::provider::KeyRange;
-
 /// Counters of an engine's scans (a DataFusion session-config extension,
 /// so that a scan finds them in its task context).
 #[derive(Debug, Default)]
@@ -148,35 +146,108 @@ pub(crate) fn key_values(expr: &Arc<dyn PhysicalExpr>, column: usize) -> Option<
     None
 }
 
-/// Sorted, disjoint key ranges a scan is restricted to.
-#[derive(Debug, Default)]
+/// Sorted, disjoint key ranges a scan is restricted to: each is every
+/// key that starts with one *point*, a key prefix.
+///
+/// The prefixes sit back to back in one buffer (a join's keys are
+/// thousands of short prefixes: one allocation, not two per point).
+/// Prefixes of one key column's values never contain one another (values
+/// are self-delimiting), so the ranges are disjoint, and a key lies in a
+/// point's range exactly when it starts with the point.
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct Points {
-    pub ranges: Vec<KeyRange>,
+    /// The prefixes in ascending order, no duplicates.
+    bytes: Vec<u8>,
+    /// Where each prefix ends in `bytes`.
+    ends: Vec<usize>,
 }
 
 impl Points {
-    /// From key prefixes in any order: sorted, duplicates dropped. Prefixes
-    /// of one key column's values never contain one another (values are
-    /// self-delimiting), so the ranges are disjoint.
-    pub(crate) fn from_prefixes(mut prefixes: Vec<Vec<u8>>) -> Points {
-        prefixes.sort_unstable();
-        prefixes.dedup();
-        Points {
-            ranges: prefixes
-                .into_iter()
-                .map(|p| KeyRange {
-                    end: spindle_keys::key::prefix_end(&p),
-                    start: p,
-                })
-                .collect(),
+    /// From key prefixes in any order: sorted, duplicates dropped.
+    #[cfg(test)]
+    pub(crate) fn from_prefixes(prefixes: Vec<Vec<u8>>) -> Points {
+        let mut b = PointsBuilder::default();
+        for p in prefixes {
+            let pushed: Result<(), std::convert::Infallible> = b.push(|buf| {
+                buf.extend_from_slice(&p);
+                Ok(())
+            });
+            let Ok(()) = pushed;
         }
+        b.finish()
+    }
+
+    /// How many points.
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Point `i`'s prefix.
+    fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+/// Collects prefixes written straight into one buffer, then sorts them.
+#[derive(Default)]
+pub(crate) struct PointsBuilder {
+    bytes: Vec<u8>,
+    /// `(start, end)` of each prefix in `bytes`, in the order pushed.
+    spans: Vec<(usize, usize)>,
+}
+
+impl PointsBuilder {
+    pub(crate) fn with_capacity(points: usize, bytes: usize) -> PointsBuilder {
+        PointsBuilder {
+            bytes: Vec::with_capacity(bytes),
+            spans: Vec::with_capacity(points),
+        }
+    }
+
+    /// Adds the prefix that `write` appends to the buffer it is given.
+    pub(crate) fn push<E>(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let start = self.bytes.len();
+        match write(&mut self.bytes) {
+            Ok(()) => {
+                self.spans.push((start, self.bytes.len()));
+                Ok(())
+            }
+            Err(e) => {
+                self.bytes.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
+    /// The points, sorted (a join's keys often arrive in key order
+    /// already: the sort then only checks), duplicates dropped.
+    pub(crate) fn finish(self) -> Points {
+        let PointsBuilder { bytes, mut spans } = self;
+        let at = |&(a, b): &(usize, usize)| &bytes[a..b];
+        if !spans.is_sorted_by(|x, y| at(x) < at(y)) {
+            spans.sort_unstable_by(|x, y| at(x).cmp(at(y)));
+            spans.dedup_by(|x, y| at(x) == at(y));
+        }
+        let mut out = Points {
+            bytes: Vec::with_capacity(bytes.len()),
+            ends: Vec::with_capacity(spans.len()),
+        };
+        for (a, b) in spans {
+            out.bytes.extend_from_slice(&bytes[a..b]);
+            out.ends.push(out.bytes.len());
+        }
+        out
     }
 }
 
 /// Where a key lies against the points.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Place<'a> {
-    /// In a point's range: read it.
+    /// Inside a point's range: read it.
     Inside,
     /// Before the next point's range, which starts at this key: seek there.
     Before(&'a [u8]),
@@ -199,15 +270,40 @@ impl PointCursor {
 
     /// Places `key`, which must not be below a key placed before.
     pub(crate) fn place(&mut self, key: &[u8]) -> Place<'_> {
-        let ranges = &self.points.ranges;
-        let ends_by = |r: &KeyRange| r.end.as_deref().is_some_and(|e| e <= key);
-        if ranges.get(self.next).is_some_and(ends_by) {
-            self.next += ranges[self.next..].partition_point(ends_by);
+        let points = &*self.points;
+        // Point i's range lies wholly below `key`: the prefix sorts below
+        // the key and is not a prefix of it. (True for a run of points
+        // from `next` on, then false: the ranges are sorted and disjoint.)
+        let below = |i: usize| {
+            let p = points.get(i);
+            p < key && !key.starts_with(p)
+        };
+        let n = points.len();
+        if self.next < n && below(self.next) {
+            // Usually the next point or one just after it: look there
+            // before bisecting the rest.
+            let (mut lo, mut hi) = (self.next + 1, n);
+            if lo < hi && !below(lo) {
+                hi = lo;
+            }
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if below(mid) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            self.next = lo;
         }
-        match ranges.get(self.next) {
-            None => Place::Past,
-            Some(r) if key < r.start.as_slice() => Place::Before(&r.start),
-            Some(_) => Place::Inside,
+        if self.next >= n {
+            return Place::Past;
+        }
+        let p = points.get(self.next);
+        if key < p {
+            Place::Before(p)
+        } else {
+            Place::Inside
         }
     }
 }
@@ -313,7 +409,7 @@ mod tests {
             b"c".to_vec(),
             b"e\xff".to_vec(),
         ]));
-        assert_eq!(points.ranges.len(), 3);
+        assert_eq!(points.len(), 3);
         let mut c = PointCursor::new(points);
         assert_eq!(c.place(b"0"), Place::Before(b"a"));
         assert_eq!(c.place(b"a"), Place::Inside);

@@ -93,7 +93,7 @@ use spindle_keys::{Direction, Value};
 use spindle_txn::{PointReader, Snapshot, Transaction, TxnManager, TxnScan};
 
 use crate::index::IndexPlan;
-use crate::join_keys::{Place, PointCursor, Points};
+use crate::join_keys::{Place, PointCursor, Points, PointsBuilder};
 use crate::row_filter::{RowFilter, RowFilterState};
 use crate::split_scan::{BatchSender, CloseOnDrop, TailSlot, TailStream, HELPER_BATCHES};
 use crate::types::{array_value, table_schema, ColumnBuilder};
@@ -1062,14 +1062,64 @@ fn join_points(
         return Ok(None);
     };
     let chain: Vec<&Table> = chain.iter().collect();
-    let mut prefixes = Vec::with_capacity(values.len());
+    // Every point is `head ‖ value ‖ tail`: the root table's marker, the
+    // encoded value, and (when the root's key is that one column and the
+    // scan is of a table below it) the next table's marker. Both are taken
+    // from one value's full prefix, so every other value costs only its
+    // own encoding. (A value too long for a key matches no row.)
+    let dir = chain
+        .last()
+        .and_then(|t| t.primary_key.first())
+        .map(|k| k.direction)
+        .ok_or_else(|| crate::Error::Internal("a join-key scan of a keyless table".into()))?;
+    let mut shape = None;
     for v in &values {
         let Some(v) = literal_value(v, ty) else {
             return Ok(None);
         };
-        prefixes.push(self_catalog_prefix(&chain, std::slice::from_ref(&v), true)?);
+        match self_catalog_prefix(&chain, std::slice::from_ref(&v), true) {
+            Ok(full) => {
+                shape = Some((v, full));
+                break;
+            }
+            Err(crate::Error::Key(spindle_keys::Error::KeyTooLarge(_))) => continue,
+            Err(e) => return Err(e),
+        }
     }
-    Ok(Some(Arc::new(Points::from_prefixes(prefixes))))
+    let Some((v0, full)) = shape else {
+        return Ok(Some(Arc::new(Points::default())));
+    };
+    let head = self_catalog_prefix(&chain, &[], true)?;
+    let mut enc = Vec::new();
+    spindle_keys::key::encode_value(&mut enc, &v0, dir)?;
+    let tail = full
+        .strip_prefix(head.as_slice())
+        .and_then(|rest| rest.strip_prefix(enc.as_slice()))
+        .ok_or_else(|| {
+            crate::Error::Internal("a key prefix not shaped head ‖ value ‖ tail".into())
+        })?;
+    let mut points = PointsBuilder::with_capacity(values.len(), values.len() * full.len());
+    for v in &values {
+        let Some(v) = literal_value(v, ty) else {
+            return Ok(None);
+        };
+        let written = points.push(|buf| {
+            let start = buf.len();
+            buf.extend_from_slice(&head);
+            spindle_keys::key::encode_value(buf, &v, dir)?;
+            buf.extend_from_slice(tail);
+            // A value too long for a key matches no row.
+            if buf.len() - start > spindle_keys::key::MAX_KEY_BYTES {
+                return Err(spindle_keys::Error::KeyTooLarge(buf.len() - start));
+            }
+            Ok(())
+        });
+        match written {
+            Ok(()) | Err(spindle_keys::Error::KeyTooLarge(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some(Arc::new(points.finish())))
 }
 
 impl ExecutionPlan for SpindleScanExec {
@@ -1190,10 +1240,16 @@ impl ExecutionPlan for SpindleScanExec {
         // waiting for a half that will not come.
         let handover = stream.tail.clone().map(CloseOnDrop);
         let lazy = futures::stream::once(async move {
+            let started = std::time::Instant::now();
             let points =
                 join_points(&stream.request.chain, lead.as_ref(), &filters).map_err(external)?;
+            tracing::debug!(
+                elapsed_us = started.elapsed().as_micros() as u64,
+                points = points.as_ref().map(|p| p.len()),
+                "join keys read as points"
+            );
             if let Some(p) = &points {
-                points_metric.add(p.ranges.len());
+                points_metric.add(p.len());
                 if let Some(stats) = &stats {
                     stats
                         .join_key_scans
@@ -1334,6 +1390,8 @@ impl ScanStream {
             let may_split = may_split(&request, fetch.is_some());
             let mut tail: Option<Tail> = None;
             let mut first_sent = false;
+            let started = std::time::Instant::now();
+            let (mut entries, mut jumps) = (0u64, 0u64);
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
                 let mut reader = RowReader::new(points.clone(), &request);
@@ -1394,10 +1452,19 @@ impl ScanStream {
                         break;
                     }
                 }
+                entries += reader.entries;
+                jumps += reader.jumps;
                 if request.limit.is_some_and(|l| produced >= l) {
                     break;
                 }
             }
+            tracing::debug!(
+                elapsed_us = started.elapsed().as_micros() as u64,
+                entries,
+                jumps,
+                read = rows.read(),
+                "scan read its range (a far half handed to a helper not included)"
+            );
             if !rows.is_empty() {
                 let batch = rows.finish(&schema)?;
                 if tx.blocking_send(Ok(batch)).is_err() {
@@ -1472,15 +1539,25 @@ impl Tail {
             let result = RowDecoder::new(&helper_request)
                 .map_err(external)
                 .and_then(|mut rows| {
+                    let started = std::time::Instant::now();
                     let mut reader = RowReader::new(points, &helper_request);
-                    read_rows(
+                    let read = read_rows(
                         &mut iter,
                         &mut reader,
                         &mut rows,
                         &schema,
                         first_batch,
                         &mut |b| tx.blocking_send(Ok(b)).is_ok(),
-                    )
+                    );
+                    tracing::debug!(
+                        table = %helper_request.chain.last().map(|t| t.name.as_str()).unwrap_or(""),
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        entries = reader.entries,
+                        jumps = reader.jumps,
+                        read = rows.read(),
+                        "scan helper read the far half"
+                    );
+                    read
                 });
             if let Err(e) = result {
                 let _ = tx.blocking_send(Err(e));
@@ -1594,8 +1671,10 @@ struct RowReader {
     /// have the same number of self-delimiting components, so no row key
     /// starts with another's.)
     jump_after_rows: bool,
-    /// Where the next `jump` goes (`Some(None)`: past the end).
-    pending_jump: Option<Option<Vec<u8>>>,
+    /// What the next `jump` does; a jump to a key goes to `jump_key`
+    /// (a buffer kept across jumps: one per row tree or point).
+    pending_jump: Jump,
+    jump_key: Vec<u8>,
     /// When set, `step` copies the key of the row it reads (decoded or
     /// skipped by the row filter) into `key`.
     want_key: bool,
@@ -1605,6 +1684,9 @@ struct RowReader {
     /// Every entry is a row ([`ScanRequest::alone`]): no row tree to jump
     /// over, so `last_row` is not kept.
     alone: bool,
+    /// Entries read and jumps made (for the scan's closing debug event).
+    entries: u64,
+    jumps: u64,
 }
 
 impl RowReader {
@@ -1618,6 +1700,7 @@ impl RowReader {
 
     /// Reads one entry, decoding it straight from the store's pages.
     fn step(&mut self, iter: &mut TxnScan, rows: &mut RowDecoder) -> crate::Result<Step> {
+        self.entries += 1;
         let step = iter.next_with(|key, value| {
             if let Some(points) = self.points.as_mut() {
                 // A key outside every point is not decoded: the scan
@@ -1625,11 +1708,13 @@ impl RowReader {
                 match points.place(key) {
                     Place::Inside => {}
                     Place::Before(start) => {
-                        self.pending_jump = Some(Some(start.to_vec()));
+                        self.jump_key.clear();
+                        self.jump_key.extend_from_slice(start);
+                        self.pending_jump = Jump::To;
                         return Ok(Pushed::Other);
                     }
                     Place::Past => {
-                        self.pending_jump = Some(None);
+                        self.pending_jump = Jump::Past;
                         return Ok(Pushed::Other);
                     }
                 }
@@ -1641,18 +1726,18 @@ impl RowReader {
             }
             // A skipped row is still a row: its tree is jumped over.
             self.pending_jump = if pushed.is_row() && self.jump_after_rows {
-                Some(spindle_keys::key::prefix_end(key))
+                Jump::past(key, &mut self.jump_key)
             } else if pushed.is_row() {
                 if !self.alone {
                     self.last_row.clear();
                     self.last_row.extend_from_slice(key);
                 }
-                None
+                Jump::None
             } else if !self.last_row.is_empty() && key.starts_with(&self.last_row) {
                 self.jump_after_rows = true;
-                Some(spindle_keys::key::prefix_end(&self.last_row))
+                Jump::past(&self.last_row, &mut self.jump_key)
             } else {
-                None
+                Jump::None
             };
             Ok::<_, crate::Error>(pushed)
         });
@@ -1665,14 +1750,39 @@ impl RowReader {
     /// Makes the jump the last step decided on, if any; false if it goes
     /// past every key (nothing more to read).
     fn jump(&mut self, iter: &mut TxnScan) -> bool {
-        match self.pending_jump.take() {
-            None => true,
-            Some(Some(end)) => {
+        match std::mem::take(&mut self.pending_jump) {
+            Jump::None => true,
+            Jump::To => {
                 self.last_row.clear();
-                iter.seek(&end);
+                self.jumps += 1;
+                iter.seek(&self.jump_key);
                 true
             }
-            Some(None) => false,
+            Jump::Past => false,
+        }
+    }
+}
+
+/// What [`RowReader::jump`] does next.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Jump {
+    /// Nothing: read on.
+    #[default]
+    None,
+    /// Seek to the reader's `jump_key`.
+    To,
+    /// Stop: nothing more to read.
+    Past,
+}
+
+impl Jump {
+    /// A jump past every key that starts with `prefix` (its end written
+    /// into `buf`).
+    fn past(prefix: &[u8], buf: &mut Vec<u8>) -> Jump {
+        if spindle_keys::key::prefix_end_into(prefix, buf) {
+            Jump::To
+        } else {
+            Jump::Past
         }
     }
 }
@@ -2069,6 +2179,41 @@ mod tests {
         ranges
             .iter()
             .any(|r| k >= r.start.as_slice() && r.end.as_ref().is_none_or(|e| k < e.as_slice()))
+    }
+
+    /// A join's keys become the points of each value's own key prefix,
+    /// sorted and without duplicates: for a root table, and for a table
+    /// interleaved below a one-column root (whose points end with the
+    /// child's table marker, after the value).
+    #[test]
+    fn join_points_are_each_values_key_prefix() {
+        use datafusion::arrow::datatypes::{DataType as A, Field, Schema};
+        use datafusion::physical_expr::expressions::{col, in_list, lit};
+        let c = catalog();
+        let schema = Schema::new(vec![Field::new("a", A::Int64, false)]);
+        let values = [7i64, -3, 7, 0, i64::MAX, 2, i64::MIN];
+        let list = in_list(
+            col("a", &schema).unwrap(),
+            values.iter().map(|v| lit(*v)).collect(),
+            &false,
+            &schema,
+        )
+        .unwrap();
+        for name in ["p", "c"] {
+            let chain: Vec<Table> = c.ancestry(name).unwrap().into_iter().cloned().collect();
+            let refs: Vec<&Table> = chain.iter().collect();
+            let points = join_points(&chain, Some(&(0, A::Int64)), std::slice::from_ref(&list))
+                .unwrap()
+                .unwrap();
+            let expected = Points::from_prefixes(
+                values
+                    .iter()
+                    .map(|v| self_catalog_prefix(&refs, &[Value::Int64(*v)], true).unwrap())
+                    .collect(),
+            );
+            assert_eq!(points.len(), 6, "{name}");
+            assert_eq!(*points, expected, "{name}");
+        }
     }
 
     /// A stored column's value in a batch is never taken for a repeat of
