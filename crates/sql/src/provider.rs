@@ -1098,7 +1098,10 @@ fn join_points(
         .ok_or_else(|| {
             crate::Error::Internal("a key prefix not shaped head ‖ value ‖ tail".into())
         })?;
-    let mut points = PointsBuilder::with_capacity(values.len(), values.len() * full.len());
+    // Room for every point if they are as long as the first (at most
+    // 1 MiB up front: one long string first must not reserve 65 536 of it).
+    let bytes = values.len().saturating_mul(full.len()).min(1 << 20);
+    let mut points = PointsBuilder::with_capacity(values.len(), bytes);
     for v in &values {
         let Some(v) = literal_value(v, ty) else {
             return Ok(None);
