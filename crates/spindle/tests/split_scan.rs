@@ -206,3 +206,54 @@ fn joins_over_split_scans_finish() {
         .count() as i64;
     assert_eq!(n, vec![vec![Value::Int64(want)]]);
 }
+
+/// A scan counts a jump over a row tree's children as three rows read
+/// (`split_due`): a parent-only scan of 400 row trees, a seek per row,
+/// splits (400 + 3 × 399 jumps ≥ 1 024), as one of 400 rows with no
+/// children does not. Both halves' rows are counted once.
+#[test]
+fn a_parent_only_scan_splits_after_fewer_rows() {
+    let db = Database::open_in_memory().unwrap();
+    for ddl in [
+        "CREATE TABLE p (id INT64 NOT NULL, x INT64) PRIMARY KEY (id)",
+        "CREATE TABLE c (id INT64 NOT NULL, k INT64 NOT NULL) PRIMARY KEY (id, k), \
+         INTERLEAVE IN PARENT p ON DELETE CASCADE",
+        "CREATE TABLE lone (id INT64 NOT NULL, x INT64) PRIMARY KEY (id)",
+    ] {
+        db.execute(ddl, &[]).unwrap();
+    }
+    for t in ["p", "lone"] {
+        db.execute(
+            &format!(
+                "INSERT INTO {t} (id, x) SELECT value, value * 2 FROM generate_series(1, 400)"
+            ),
+            &[],
+        )
+        .unwrap();
+    }
+    db.execute(
+        "INSERT INTO c (id, k) SELECT p.value, k.value FROM generate_series(1, 400) p \
+         CROSS JOIN generate_series(1, 3) k",
+        &[],
+    )
+    .unwrap();
+    let mut s = db.session();
+    let want = vec![vec![Value::Int64(400), Value::Int64(400 * 401)]];
+    let before = db.engine().split_scan_count();
+    assert_eq!(rows(&mut s, "SELECT count(*), sum(x) FROM lone"), want);
+    assert_eq!(
+        db.engine().split_scan_count(),
+        before,
+        "400 rows read in order are not split"
+    );
+    assert_eq!(rows(&mut s, "SELECT count(*), sum(x) FROM p"), want);
+    assert_eq!(
+        db.engine().split_scan_count(),
+        before + 1,
+        "the parent-only scan was not split"
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT count(*) FROM c"),
+        vec![vec![Value::Int64(1200)]]
+    );
+}

@@ -45,12 +45,14 @@
 //! Rows are decoded from the store's pages into Arrow builders
 //! ([`RowDecoder`]); nothing the query does not project is decoded.
 //!
-//! A scan of one range that fills its first batch hands the far half of
+//! A scan of one range that has read 1 024 rows hands the far half of
 //! what is left to a helper thread (`TxnScan::split_off`; a kept thread,
-//! see `helper_threads`):
+//! see `helper_threads`). A jump over a row tree's children counts as
+//! three rows read (`split_due`): an interleaved parent-only scan, a seek
+//! per row, splits after 256 rows, about as early in time.
 //!
 //! ```text
-//!   range  [start ─── 1024th row ─────────── cut ──────────────── end)
+//!   range  [start ─── 1024th row read ────── cut ──────────────── end)
 //!   scan thread:  reads, sends batches      │
 //!   helper thread:                          reads the far half
 //!   output: partition 0 the scan's batches, partition 1 the helper's
@@ -110,8 +112,17 @@ use futures::TryStreamExt;
 /// back to a range over the common prefix.
 pub const MAX_POINTS: usize = 1024;
 /// Rows in a scan's first batch: small, so that the first rows reach the
-/// plan soon and a long scan is split (see `Tail`) after that many rows.
+/// plan soon.
 const FIRST_BATCH_ROWS: usize = 1024;
+/// A long scan is split (see `Tail`) once it has read this much, counted
+/// in rows read plus [`JUMP_COST`] per jump over a row tree's children.
+const SPLIT_AFTER: u64 = 1024;
+/// A jump's cost counted in rows read one after another: a jump to the
+/// next row tree searches a B-tree leaf on another page (≈0.3 µs a parent
+/// row against ≈0.09 µs a row read in order, measured on the locality
+/// benchmark's parent-only scans), so a parent-only scan of an interleaved
+/// table splits after 256 rows, not 1 024.
+const JUMP_COST: u64 = 3;
 /// Most output columns a row-filtered scan decodes in the same walk over
 /// the row as the filter's tests (their values wait on the stack until the
 /// row passes); a wider one walks the row twice.
@@ -1310,6 +1321,15 @@ fn may_split(request: &ScanRequest, fetches: bool) -> bool {
             .get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
 }
 
+/// Whether a scan that has read `read` rows and made `jumps` jumps over
+/// row trees' children hands the far half of what is left to a helper
+/// with the row it reads next: once it has read [`SPLIT_AFTER`] (a jump
+/// counting [`JUMP_COST`] rows), so that a scan whose rows are each a seek
+/// away from the last is split as early in time as one read in order.
+fn split_due(read: usize, jumps: u64) -> bool {
+    read as u64 + 1 + JUMP_COST * jumps >= SPLIT_AFTER
+}
+
 /// Partition 0: reads every range of a [`ScanRequest`] in order.
 #[derive(Clone)]
 struct ScanStream {
@@ -1385,12 +1405,15 @@ impl ScanStream {
             };
             let base_chain: Vec<&Table> = output.chain.iter().collect();
             let mut produced = 0usize;
-            // A scan of one range that outgrows its first batch hands the
-            // far half of what is left to a helper thread (see
+            // A scan of one range that has read enough (`split_due`) hands
+            // the far half of what is left to a helper thread (see
             // `TxnScan::split_off`), whose batches are partition 1's
             // (`crate::split_scan`), or follow this thread's if they can
             // no longer be handed over.
             let may_split = may_split(&request, fetch.is_some());
+            // Tried once: a cut that fails (what is left is one logical
+            // key) is not tried again at every later row.
+            let mut split_tried = false;
             let mut tail: Option<Tail> = None;
             let mut first_sent = false;
             let started = std::time::Instant::now();
@@ -1402,11 +1425,12 @@ impl ScanStream {
                     let mut more = true;
                     let pushed = match &fetch {
                         None => {
-                            reader.want_key = may_split && tail.is_none() && rows.read() + 1 == FIRST_BATCH_ROWS;
+                            reader.want_key = may_split && !split_tried && split_due(rows.read(), reader.jumps);
                             match reader.step(&mut iter, &mut rows).map_err(external)? {
                                 Step::End => break,
                                 Step::Entry(pushed) => {
                                     if reader.want_key && pushed.is_row() {
+                                        split_tried = true;
                                         if let Some(rest) = iter.split_off(&reader.key) {
                                             let handed = handover.as_ref().and_then(|h| h.0.hand_over());
                                             if let (Some(stats), true) = (&stats, handed.is_some()) {
@@ -1842,8 +1866,8 @@ pub struct RowDecoder<'a> {
     /// The request's row filter, while it pays.
     filter: RowFilterState<'a>,
     /// Rows of the table read (decoded or skipped by the row filter): a
-    /// scan splits after its first `FIRST_BATCH_ROWS` rows read, not
-    /// decoded, or a selective filter would keep it on one thread.
+    /// scan splits after so many rows read (and jumps, see `split_due`),
+    /// not decoded, or a selective filter would keep it on one thread.
     read: usize,
     /// Whether each key is parsed into `spans`: to tell the table's rows
     /// from other entries of its row trees, and for requested key columns

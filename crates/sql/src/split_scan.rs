@@ -1,14 +1,16 @@
 //! A long scan read by two threads, as two DataFusion partitions.
 //!
-//! A scan of one range that outgrows its first batch hands the far half
-//! of what is left to a helper thread (`provider`, `TxnScan::split_off`).
+//! A scan of one range that has read 1 024 rows (a jump over a row
+//! tree's children counting three: `provider::split_due`) hands the far
+//! half of what is left to a helper thread (`provider`,
+//! `TxnScan::split_off`).
 //! When the scan was planned as two partitions, the helper's batches are
 //! partition 1's output, and the operators above the scan (filters,
 //! projections, partial aggregates, a hash join's probe) run on each half
 //! in parallel:
 //!
 //! ```text
-//!   range  [start ── 1 024th row ──────── cut ──────────────────── end)
+//!   range  [start ── 1 024th row read ─── cut ──────────────────── end)
 //!   partition 0:  the scan's thread ────▶ │ ends at the cut
 //!   partition 1:  waits ······ handed ──▶ the helper thread, cut to end
 //! ```
