@@ -104,7 +104,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
 };
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricValue, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::TryStreamExt;
 
@@ -945,6 +947,7 @@ impl ScanParts {
             mgr,
             fetch: self.fetch.clone().zip(reader),
             tail: None,
+            counters: ScanCounters::default(),
         };
         self.with_stream(stream)
     }
@@ -960,6 +963,7 @@ impl ScanParts {
             mgr,
             fetch: None,
             tail: None,
+            counters: ScanCounters::default(),
         };
         self.with_stream(stream)
     }
@@ -986,12 +990,13 @@ impl ScanParts {
             false,
             self.limit,
         )?;
+        let metrics = stream.counters.metrics();
         Ok(SpindleScanExec {
             inner: Arc::new(exec),
             stream,
             parts: self,
             join_keys: Vec::new(),
-            metrics: ExecutionPlanMetricsSet::new(),
+            metrics,
         })
     }
 }
@@ -1204,7 +1209,7 @@ impl ExecutionPlan for SpindleScanExec {
             stream: self.stream.clone(),
             parts: self.parts.clone(),
             join_keys,
-            metrics: ExecutionPlanMetricsSet::new(),
+            metrics: self.stream.counters.metrics(),
         };
         Ok(FilterPushdownPropagation {
             filters: verdicts,
@@ -1296,6 +1301,7 @@ impl ExecutionPlan for SpindleScanExec {
         }
         let stream = ScanStream {
             tail: None,
+            counters: ScanCounters::default(),
             ..(*self.stream).clone()
         };
         Ok(Arc::new(self.parts.clone().with_stream(stream)?))
@@ -1346,6 +1352,40 @@ struct ScanStream {
     /// Where partition 1 waits for the far half, when the scan was
     /// planned as two partitions.
     tail: Option<Arc<TailSlot>>,
+    /// What the scan read, both halves summed (EXPLAIN ANALYZE).
+    counters: ScanCounters,
+}
+
+/// What a scan read, for EXPLAIN ANALYZE: `entries_read`, the store's
+/// entries (rows, and the children and index entries a scan reads before
+/// it knows to jump), and `jumps`, the seeks past a row tree's children or
+/// to a join key's range. A parent-only scan of an interleaved table shows
+/// a jump per row: the cost of the layout, which the row count alone
+/// hides. Shared by both halves of a split scan.
+#[derive(Clone, Debug, Default)]
+struct ScanCounters {
+    entries: Count,
+    jumps: Count,
+}
+
+impl ScanCounters {
+    fn add(&self, reader: &RowReader) {
+        self.entries.add(reader.entries as usize);
+        self.jumps.add(reader.jumps as usize);
+    }
+
+    /// The counters as metrics of a plan node (`metrics` is new with each
+    /// node; the counters are the scan's).
+    fn metrics(&self) -> ExecutionPlanMetricsSet {
+        let metrics = ExecutionPlanMetricsSet::new();
+        for (name, count) in [("entries_read", &self.entries), ("jumps", &self.jumps)] {
+            MetricBuilder::new(&metrics).build(MetricValue::Count {
+                name: name.into(),
+                count: count.clone(),
+            });
+        }
+        metrics
+    }
 }
 
 impl fmt::Debug for ScanStream {
@@ -1388,6 +1428,7 @@ impl ScanStream {
         let snapshots = self.snapshots.clone();
         let mgr = self.mgr.clone();
         let fetch = self.fetch.clone();
+        let counters = self.counters.clone();
         builder.spawn_blocking(move || {
             let Some(snapshots) = snapshots else {
                 return Err(DataFusionError::Internal(
@@ -1418,6 +1459,8 @@ impl ScanStream {
             let mut first_sent = false;
             let started = std::time::Instant::now();
             let (mut entries, mut jumps) = (0u64, 0u64);
+            // An index's entries read to fetch base rows (not `reader`'s).
+            let mut index_entries = 0usize;
             for snap in snapshots {
                 let mut iter = snap.into_iter(&mgr);
                 let mut reader = RowReader::new(points.clone(), &request);
@@ -1436,7 +1479,7 @@ impl ScanStream {
                                             if let (Some(stats), true) = (&stats, handed.is_some()) {
                                                 stats.split_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                             }
-                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone(), points.clone(), handed));
+                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone(), points.clone(), handed, counters.clone()));
                                         }
                                     }
                                     more = reader.jump(&mut iter);
@@ -1448,6 +1491,7 @@ impl ScanStream {
                             let Some(item) = iter.next() else {
                                 break;
                             };
+                            index_entries += 1;
                             let (key, _) = item.map_err(|e| external(crate::Error::from(e)))?;
                             // An index entry: decode the base key, fetch the row.
                             let Some(pk) = entry_keys.key_values(&key).map_err(external)? else {
@@ -1472,7 +1516,10 @@ impl ScanStream {
                         first_sent = true;
                         let batch = rows.finish(&schema)?;
                         if tx.blocking_send(Ok(batch)).is_err() {
-                            return Ok(()); // the consumer went away (e.g. LIMIT reached)
+                            // The consumer went away (e.g. LIMIT reached).
+                            counters.add(&reader);
+                            counters.entries.add(index_entries);
+                            return Ok(());
                         }
                     }
                     if !more || request.limit.is_some_and(|l| produced >= l) {
@@ -1481,10 +1528,12 @@ impl ScanStream {
                 }
                 entries += reader.entries;
                 jumps += reader.jumps;
+                counters.add(&reader);
                 if request.limit.is_some_and(|l| produced >= l) {
                     break;
                 }
             }
+            counters.entries.add(index_entries);
             tracing::debug!(
                 elapsed_us = started.elapsed().as_micros() as u64,
                 entries,
@@ -1511,7 +1560,9 @@ impl ScanStream {
                     let (mut iter, request) = *inline;
                     let mut rows = RowDecoder::new(&request).map_err(external)?;
                     let mut reader = RowReader::new(points, &request);
-                    read_rows(&mut iter, &mut reader, &mut rows, &schema, BATCH_ROWS, &mut |b| tx.blocking_send(Ok(b)).is_ok())?;
+                    let read = read_rows(&mut iter, &mut reader, &mut rows, &schema, BATCH_ROWS, &mut |b| tx.blocking_send(Ok(b)).is_ok());
+                    counters.add(&reader);
+                    read?;
                 }
             }
             drop(handover);
@@ -1541,6 +1592,7 @@ impl Tail {
         schema: SchemaRef,
         points: Option<Arc<Points>>,
         handed: Option<BatchSender>,
+        counters: ScanCounters,
     ) -> Tail {
         // Partition 1's channel, or one this scan's thread forwards from.
         // Partition 1's first batch is small, as partition 0's is: a merge
@@ -1576,6 +1628,7 @@ impl Tail {
                         first_batch,
                         &mut |b| tx.blocking_send(Ok(b)).is_ok(),
                     );
+                    counters.add(&reader);
                     tracing::debug!(
                         table = %helper_request.chain.last().map(|t| t.name.as_str()).unwrap_or(""),
                         elapsed_us = started.elapsed().as_micros() as u64,
@@ -1727,8 +1780,8 @@ impl RowReader {
 
     /// Reads one entry, decoding it straight from the store's pages.
     fn step(&mut self, iter: &mut TxnScan, rows: &mut RowDecoder) -> crate::Result<Step> {
-        self.entries += 1;
         let step = iter.next_with(|key, value| {
+            self.entries += 1;
             if let Some(points) = self.points.as_mut() {
                 // A key outside every point is not decoded: the scan
                 // seeks to the next point (or stops after the last).
