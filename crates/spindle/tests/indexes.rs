@@ -69,22 +69,35 @@ fn explain_shows_the_chosen_access_path() {
         "table=singers access=full scan ranges=1 row filter: bio = 'x'"
     );
     // A one-sided range is not selective enough to fetch rows through an
-    // index, but a covering index still reads less than the table.
+    // index instead of reading them in order, but Singers' rows have
+    // albums below them, which a full scan jumps past one row tree at a
+    // time: then the index (see also
+    // `a_covering_index_serves_a_scan_of_a_table_with_row_trees`). A
+    // covering index reads less than the table either way.
     assert_eq!(
         scan(&db, "SELECT Bio FROM Singers WHERE Name > 'm'"),
-        "table=singers access=full scan ranges=1 row filter: name > 'm'"
+        "table=singers access=index singersbyname then base rows by key where name > 'm' ranges=1"
     );
     assert_eq!(
         scan(&db, "SELECT Name FROM Singers WHERE Name > 'm'"),
         "table=singers access=index singersbyname (covering) where name > 'm' ranges=1"
     );
-    // NULL_FILTERED: only when the query excludes NULLs in its columns.
+    // NULL_FILTERED: only when the query excludes NULLs in its columns
+    // (the other covering index, which holds every singer, serves the
+    // query that does not: Singers has row trees).
     assert_eq!(
         scan(&db, "SELECT SingerId FROM Singers WHERE Rank = 3"),
         "table=singers access=index singersbyrank (covering) where rank = 3 ranges=1"
     );
     assert_eq!(
         scan(&db, "SELECT SingerId FROM Singers WHERE Rank IS NULL"),
+        "table=singers access=index singersbyname (covering) ranges=1"
+    );
+    assert_eq!(
+        scan(
+            &db,
+            "SELECT SingerId FROM Singers@{FORCE_INDEX=_BASE_TABLE} WHERE Rank IS NULL"
+        ),
         "table=singers access=full scan ranges=1"
     );
     // Interleaved index: ranges inside the parent's row trees.
@@ -110,6 +123,130 @@ fn explain_shows_the_chosen_access_path() {
             "SELECT Name FROM Singers /*@ force_index=_base_table */ WHERE Name = 'x'"
         ),
         "table=singers access=full scan ranges=1 row filter: name = 'x'"
+    );
+}
+
+/// A table with rows interleaved below its own costs a jump per row to
+/// scan, so a covering index alone in its key space serves a query whose
+/// filters do not narrow it: a parent-only aggregate reads the index's
+/// entries in order. Never a NULL_FILTERED index that would miss rows,
+/// an index interleaved in the table, or an index that does not cover;
+/// never for a table with nothing interleaved in it. Every answer is the
+/// base table's (`FORCE_INDEX=_BASE_TABLE`).
+#[test]
+fn a_covering_index_serves_a_scan_of_a_table_with_row_trees() {
+    let db = setup();
+    db.execute(
+        "CREATE TABLE Plain (Id INT64 NOT NULL, Name STRING(MAX), Rank INT64) PRIMARY KEY (Id)",
+        &[],
+    )
+    .unwrap();
+    db.execute(
+        "CREATE INDEX PlainByName ON Plain (Name) STORING (Rank)",
+        &[],
+    )
+    .unwrap();
+    let mut s = db.session();
+    s.run("BEGIN").unwrap();
+    for id in 1..=60i64 {
+        // Every 7th singer has no name, every 5th no rank.
+        let name = if id % 7 == 0 {
+            Value::Null
+        } else {
+            Value::String(format!("n{}", id % 13))
+        };
+        let rank = if id % 5 == 0 {
+            Value::Null
+        } else {
+            Value::Int64(id % 9)
+        };
+        for t in ["Singers (SingerId", "Plain (Id"] {
+            s.execute(
+                &format!("INSERT INTO {t}, Name, Rank) VALUES ($1, $2, $3)"),
+                &[Value::Int64(id), name.clone(), rank.clone()],
+            )
+            .unwrap();
+        }
+        for a in 0..3 {
+            s.execute(
+                "INSERT INTO Albums (SingerId, AlbumId, Title, Year) VALUES ($1, $2, 't', 2001)",
+                &[Value::Int64(id), Value::Int64(a)],
+            )
+            .unwrap();
+        }
+    }
+    s.run("COMMIT").unwrap();
+    let base = |sql: &str| {
+        sorted_rows(
+            &db,
+            &sql.replace("FROM Singers", "FROM Singers@{FORCE_INDEX=_BASE_TABLE}"),
+        )
+    };
+    for (sql, path) in [
+        (
+            "SELECT count(*), sum(Rank) FROM Singers",
+            "table=singers access=index singersbyname (covering) ranges=1",
+        ),
+        (
+            "SELECT Name, count(*) FROM Singers GROUP BY Name",
+            "table=singers access=index singersbyname (covering) ranges=1",
+        ),
+        // A key range that does not narrow much: the index, filtered.
+        (
+            "SELECT SingerId, Rank FROM Singers WHERE SingerId > 20",
+            "table=singers access=index singersbyname (covering) ranges=1 row filter: singerid > 20",
+        ),
+        // A key range that narrows to a few row trees: the table.
+        (
+            "SELECT SingerId, Rank FROM Singers WHERE SingerId BETWEEN 20 AND 24",
+            "table=singers access=primary key where singerid >= 20 AND singerid <= 24 ranges=1",
+        ),
+        // Bio is in no index.
+        ("SELECT count(*), max(Bio) FROM Singers", "table=singers access=full scan ranges=1"),
+    ] {
+        assert_eq!(scan(&db, sql), path, "{sql}");
+        assert_eq!(sorted_rows(&db, sql), base(sql), "{sql}");
+    }
+    assert_eq!(
+        sorted_rows(&db, "SELECT count(*), sum(Rank) FROM Singers"),
+        vec![vec![
+            Value::Int64(60),
+            Value::Int64((1..=60i64).filter(|id| id % 5 != 0).map(|id| id % 9).sum())
+        ]]
+    );
+    // With only the NULL_FILTERED index covering, the table: the index
+    // lacks the singers without a rank.
+    db.execute("DROP INDEX SingersByName", &[]).unwrap();
+    let sql = "SELECT count(*), count(Rank) FROM Singers";
+    assert_eq!(scan(&db, sql), "table=singers access=full scan ranges=1");
+    assert_eq!(
+        sorted_rows(&db, sql),
+        vec![vec![Value::Int64(60), Value::Int64(48)]]
+    );
+    // Nothing below Albums' rows: AlbumsByYear covers count(*) but is not
+    // read instead of the table.
+    let albums = "SELECT count(*) FROM Albums";
+    assert_eq!(scan(&db, albums), "table=albums access=full scan ranges=1");
+    // With tracks below the albums, the global index is read instead; an
+    // index interleaved in Singers (AlbumsByTitle) lies in the same row
+    // trees and is not.
+    db.execute(
+        "CREATE TABLE Tracks (SingerId INT64 NOT NULL, AlbumId INT64 NOT NULL, TrackId INT64 NOT NULL) \
+         PRIMARY KEY (SingerId, AlbumId, TrackId), INTERLEAVE IN PARENT Albums ON DELETE CASCADE",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        scan(&db, albums),
+        "table=albums access=index albumsbyyear (covering) ranges=1"
+    );
+    db.execute("DROP INDEX AlbumsByYear", &[]).unwrap();
+    assert_eq!(scan(&db, albums), "table=albums access=full scan ranges=1");
+    assert_eq!(sorted_rows(&db, albums), vec![vec![Value::Int64(180)]]);
+    // Nothing interleaved in Plain: a scan reads its rows in order.
+    assert_eq!(
+        scan(&db, "SELECT count(*), sum(Rank) FROM Plain"),
+        "table=plain access=full scan ranges=1"
     );
 }
 

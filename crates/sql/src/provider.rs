@@ -26,7 +26,10 @@
 //! `Catalog::index_chain`), and [`SpindleTable`] keeps the cheapest path by
 //! estimated selectivity: primary-key ranges, an index (read alone when it
 //! covers the query, otherwise each entry's base row is fetched by key), or
-//! a full scan. `FORCE_INDEX` hints override the choice. EXPLAIN prints
+//! a full scan. A table with rows interleaved below its own costs more per
+//! row (a jump per row tree), so there a covering global index is read
+//! instead even when no filter narrows it (`SpindleTable::choose`).
+//! `FORCE_INDEX` hints override the choice. EXPLAIN prints
 //! the path as `SpindleScan: table=… access=… where … ranges=n`.
 //!
 //! ## Interleaved tables
@@ -201,6 +204,10 @@ impl RangePlan {
 /// Relative cost of fetching a base row by key for each index entry,
 /// against reading one row in key order.
 const FETCH_COST: f64 = 4.0;
+/// Relative cost of reading a row that has rows interleaved below it (a
+/// jump past them to the next row tree: the row read plus [`JUMP_COST`]),
+/// against reading one row in key order.
+const ROW_TREE_COST: f64 = 1.0 + JUMP_COST as f64;
 
 /// What a scan reads: the primary key, or an index of the table.
 struct Access {
@@ -230,6 +237,9 @@ pub struct SpindleTable {
     /// The table is a root with nothing interleaved in it
     /// ([`ScanRequest::alone`]).
     alone: bool,
+    /// Rows (of other tables, or an interleaved index's entries) are
+    /// interleaved below the table's rows: its scans jump past them.
+    has_row_trees: bool,
 }
 
 impl fmt::Debug for SpindleTable {
@@ -257,9 +267,11 @@ impl SpindleTable {
             .into_iter()
             .map(Arc::new)
             .collect();
-        let alone = chain.len() == 1 && !catalog.has_interleaved(&table.name);
+        let has_row_trees = catalog.has_interleaved(&table.name);
+        let alone = chain.len() == 1 && !has_row_trees;
         Ok(SpindleTable {
             alone,
+            has_row_trees,
             table: table.clone(),
             chain,
             schema: table_schema(table, include_hidden),
@@ -299,6 +311,13 @@ impl SpindleTable {
     /// primary key and the indexes whose leading columns the filters
     /// constrain. `columns` (unknown while DataFusion asks about filter
     /// pushdown) decides whether an index covers the query.
+    ///
+    /// A table with rows interleaved below its own costs [`ROW_TREE_COST`]
+    /// a row (a jump per row tree), so a covering index whose entries lie
+    /// alone in their key space (not interleaved) is a candidate even
+    /// when the filters do not narrow it: a parent-only scan then reads
+    /// the index's entries in order instead of seeking from row tree to
+    /// row tree.
     fn choose(&self, filters: &[&Expr], columns: Option<&[usize]>) -> crate::Result<Access> {
         let pk = plan_key_ranges(&self.chain, filters)?;
         if self.forced == Forced::BaseTable {
@@ -313,7 +332,12 @@ impl SpindleTable {
             index: None,
             plan: pk,
         };
-        let mut best_cost = best.plan.selectivity(self.table.primary_key.len());
+        let mut best_cost = best.plan.selectivity(self.table.primary_key.len())
+            * if self.has_row_trees {
+                ROW_TREE_COST
+            } else {
+                1.0
+            };
         for (i, ip) in self.indexes.iter().enumerate() {
             let forced = self.forced == Forced::Index(ip.index.name.clone());
             if !forced && self.forced != Forced::Nothing {
@@ -330,10 +354,11 @@ impl SpindleTable {
                 continue;
             }
             let plan = plan_key_ranges(&ip.chain, filters)?;
-            if !plan.narrows() && !forced {
+            let covering = columns.is_some_and(|c| self.covers(ip, c));
+            let instead_of_row_trees = covering && self.has_row_trees && ip.chain.len() == 1;
+            if !plan.narrows() && !forced && !instead_of_row_trees {
                 continue;
             }
-            let covering = columns.is_some_and(|c| self.covers(ip, c));
             let unique = if ip.index.unique {
                 ip.index.columns.len()
             } else {
@@ -712,13 +737,15 @@ impl TableProvider for SpindleTable {
         let access = self.choose(filters, None).map_err(external)?;
         // The scan may still pick another path once it knows the projected
         // columns (a covering index): filters are exact only on the
-        // primary-key path with no index in contention.
+        // primary-key path with no index in contention. With rows
+        // interleaved below the table's, every index alone in its key
+        // space is in contention (`choose`: it may cover the query).
         let contested = access.index.is_some()
             || (self.forced == Forced::Nothing
-                && self
-                    .indexes
-                    .iter()
-                    .any(|ip| plan_key_ranges(&ip.chain, filters).is_ok_and(|p| p.narrows())));
+                && self.indexes.iter().any(|ip| {
+                    (self.has_row_trees && ip.chain.len() == 1)
+                        || plan_key_ranges(&ip.chain, filters).is_ok_and(|p| p.narrows())
+                }));
         let primary = plan_key_ranges(&self.chain, filters).map_err(external)?;
         Ok(primary
             .exact
