@@ -279,20 +279,9 @@ fn explain_analyze_shows_entries_read_and_jumps() {
     }
 }
 
-/// Metric `name`'s value in an EXPLAIN ANALYZE line (DataFusion shows
-/// counts of thousands as `1.60 K`: three digits).
+/// Count metric `name` of an EXPLAIN ANALYZE line, exact below 1 000.
 fn metric(line: &str, name: &str) -> u64 {
-    let n = line
-        .split(&format!("{name}="))
-        .nth(1)
-        .unwrap_or_else(|| panic!("no {name} in {line}"))
-        .split([',', ']'])
-        .next()
-        .unwrap();
-    match n.strip_suffix(" K") {
-        Some(k) => (k.parse::<f64>().unwrap() * 1000.0).round() as u64,
-        None => n.parse().unwrap(),
-    }
+    crate::common::metric(line, name).round() as u64
 }
 
 /// 400 parents with three interleaved children each, and a table of 400

@@ -17,10 +17,17 @@ pub fn rows(s: &mut Session, sql: &str) -> Vec<Vec<Value>> {
 /// three digits, as `4.29 K`).
 #[allow(dead_code)] // not every test that includes this module uses it
 pub fn output_rows(line: &str) -> f64 {
+    metric(line, "output_rows")
+}
+
+/// A plan line's count metric `name` (DataFusion prints thousands with
+/// three digits, as `4.29 K`).
+#[allow(dead_code)] // not every test that includes this module uses it
+pub fn metric(line: &str, name: &str) -> f64 {
     let n = line
-        .split("output_rows=")
+        .split(&format!("{name}="))
         .nth(1)
-        .unwrap_or_else(|| panic!("no output_rows in {line}"))
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
         .split([',', ']'])
         .next()
         .unwrap();
