@@ -22,6 +22,19 @@ fn scans(db: &Database, sql: &str) -> Vec<String> {
     out
 }
 
+/// EXPLAIN's physical plan.
+fn physical_plan(db: &Database, sql: &str) -> String {
+    let rows = db.query(&format!("EXPLAIN {sql}"), &[]).unwrap();
+    let mut out = String::new();
+    for r in rows.rows().unwrap() {
+        let kind: String = r.get(0).unwrap();
+        if kind == "physical_plan" {
+            out = r.get(1).unwrap();
+        }
+    }
+    out
+}
+
 fn scan(db: &Database, sql: &str) -> String {
     let s = scans(db, sql);
     assert_eq!(s.len(), 1, "{sql}: {s:?}");
@@ -206,6 +219,20 @@ fn a_covering_index_serves_a_scan_of_a_table_with_row_trees() {
     ] {
         assert_eq!(scan(&db, sql), path, "{sql}");
         assert_eq!(sorted_rows(&db, sql), base(sql), "{sql}");
+    }
+    // Key filters stay exact (nothing re-applies them above the scan)
+    // where no index could cost less than the key ranges: a key point,
+    // a narrow range; not a wide one, which a covering index may serve.
+    for (sql, exact) in [
+        ("SELECT Rank FROM Singers WHERE SingerId = 20", true),
+        (
+            "SELECT Rank FROM Singers WHERE SingerId BETWEEN 20 AND 24",
+            true,
+        ),
+        ("SELECT Rank FROM Singers WHERE SingerId > 20", false),
+    ] {
+        let plan = physical_plan(&db, sql);
+        assert_eq!(!plan.contains("FilterExec"), exact, "{sql}:\n{plan}");
     }
     assert_eq!(
         sorted_rows(&db, "SELECT count(*), sum(Rank) FROM Singers"),

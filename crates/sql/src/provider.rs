@@ -332,12 +332,7 @@ impl SpindleTable {
             index: None,
             plan: pk,
         };
-        let mut best_cost = best.plan.selectivity(self.table.primary_key.len())
-            * if self.has_row_trees {
-                ROW_TREE_COST
-            } else {
-                1.0
-            };
+        let mut best_cost = self.base_cost(&best.plan);
         for (i, ip) in self.indexes.iter().enumerate() {
             let forced = self.forced == Forced::Index(ip.index.name.clone());
             if !forced && self.forced != Forced::Nothing {
@@ -359,12 +354,7 @@ impl SpindleTable {
             if !plan.narrows() && !forced && !instead_of_row_trees {
                 continue;
             }
-            let unique = if ip.index.unique {
-                ip.index.columns.len()
-            } else {
-                ip.virtual_table().primary_key.len()
-            };
-            let cost = plan.selectivity(unique) * if covering { 1.0 } else { FETCH_COST } + 1e-9;
+            let cost = index_cost(ip, &plan, covering);
             if forced || cost < best_cost {
                 best_cost = cost;
                 best = Access {
@@ -379,6 +369,27 @@ impl SpindleTable {
         }
         Ok(best)
     }
+
+    /// The estimated cost of reading the table's own keys in `plan`'s ranges.
+    fn base_cost(&self, plan: &RangePlan) -> f64 {
+        plan.selectivity(self.table.primary_key.len())
+            * if self.has_row_trees {
+                ROW_TREE_COST
+            } else {
+                1.0
+            }
+    }
+}
+
+/// The estimated cost of reading index `ip`'s entries in `plan`'s ranges
+/// (and each entry's base row, when the index does not cover the query).
+fn index_cost(ip: &IndexPlan, plan: &RangePlan, covering: bool) -> f64 {
+    let unique = if ip.index.unique {
+        ip.index.columns.len()
+    } else {
+        ip.virtual_table().primary_key.len()
+    };
+    plan.selectivity(unique) * if covering { 1.0 } else { FETCH_COST } + 1e-9
 }
 
 /// Key columns of a chain's last table: name, direction, Arrow type.
@@ -738,15 +749,22 @@ impl TableProvider for SpindleTable {
         // The scan may still pick another path once it knows the projected
         // columns (a covering index): filters are exact only on the
         // primary-key path with no index in contention. With rows
-        // interleaved below the table's, every index alone in its key
-        // space is in contention (`choose`: it may cover the query).
+        // interleaved below the table's, an index alone in its key space
+        // is in contention when, covering, it would cost less than the
+        // key ranges (`choose`) — not against a key point or a narrow
+        // range, whose filters stay exact (and a LIMIT goes into the scan).
+        let primary = plan_key_ranges(&self.chain, filters).map_err(external)?;
+        let base = self.base_cost(&primary);
         let contested = access.index.is_some()
             || (self.forced == Forced::Nothing
                 && self.indexes.iter().any(|ip| {
-                    (self.has_row_trees && ip.chain.len() == 1)
-                        || plan_key_ranges(&ip.chain, filters).is_ok_and(|p| p.narrows())
+                    plan_key_ranges(&ip.chain, filters).is_ok_and(|p| {
+                        p.narrows()
+                            || (self.has_row_trees
+                                && ip.chain.len() == 1
+                                && index_cost(ip, &p, true) < base)
+                    })
                 }));
-        let primary = plan_key_ranges(&self.chain, filters).map_err(external)?;
         Ok(primary
             .exact
             .iter()
@@ -1561,6 +1579,7 @@ impl ScanStream {
                 }
             }
             counters.entries.add(index_entries);
+            entries += index_entries as u64;
             tracing::debug!(
                 elapsed_us = started.elapsed().as_micros() as u64,
                 entries,
