@@ -196,6 +196,12 @@ struct Shared {
     /// Signalled by flushes and waits while batches are queued (the
     /// applier waits on `queue`).
     work: Condvar,
+    /// Set by the applier, with `queue` locked, while it waits on `work`:
+    /// a flush wakes it only then (a wake-up is a system call, and a busy
+    /// applier looks at the queue again before it sleeps). A batch is
+    /// queued under the same lock, so its submitter, whose flush or wait
+    /// follows, sees the flag the applier set before it slept.
+    applier_asleep: AtomicBool,
     /// Signalled (with `queue` locked) when `applied_lsn` moves while
     /// someone waits for it (`waiters`), or when the log stops.
     applied: Condvar,
@@ -289,7 +295,9 @@ impl Shared {
 
     /// Wakes the applier if batches up to `lsn` are still queued.
     fn wake_applier(&self, lsn: u64) {
-        if self.applied_lsn.load(Ordering::Acquire) < lsn {
+        if self.applied_lsn.load(Ordering::Acquire) < lsn
+            && self.applier_asleep.load(Ordering::SeqCst)
+        {
             self.work.notify_one();
         }
     }
@@ -301,6 +309,12 @@ impl Shared {
             return self.check();
         }
         let mut q = lock(&self.queue)?;
+        // Under the lock the flag is exact: a batch still queued while the
+        // applier sleeps (its submitter's wake-up not yet sent) is started
+        // here rather than waited for.
+        if !q.is_empty() && self.applier_asleep.load(Ordering::SeqCst) {
+            self.work.notify_one();
+        }
         // Counted before `applied_lsn` is read again: the applier stores
         // the LSN, then reads the count (both SeqCst), so either this
         // thread sees the new LSN or the applier sees the waiter and
@@ -352,10 +366,12 @@ impl Shared {
                     if self.stop.load(Ordering::Acquire) {
                         return;
                     }
+                    self.applier_asleep.store(true, Ordering::SeqCst);
                     q = match self.work.wait(q) {
                         Ok(q) => q,
                         Err(_) => return self.fail(),
                     };
+                    self.applier_asleep.store(false, Ordering::SeqCst);
                 }
             };
             self.apply_jobs(kv, jobs);
@@ -423,11 +439,13 @@ impl Shared {
                 // is there, or about to be.
                 while q.is_empty() {
                     self.check()?;
+                    self.applier_asleep.store(true, Ordering::SeqCst);
                     q = self
                         .work
                         .wait_timeout(q, std::time::Duration::from_millis(1))
                         .map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?
                         .0;
+                    self.applier_asleep.store(false, Ordering::SeqCst);
                 }
                 take_group(&mut q)
             };
@@ -552,6 +570,7 @@ impl Wal {
             queue: Mutex::new(VecDeque::new()),
             apply,
             work: Condvar::new(),
+            applier_asleep: AtomicBool::new(false),
             applied: Condvar::new(),
             waiters: AtomicUsize::new(0),
             appended_lsn: AtomicU64::new(last),

@@ -269,6 +269,10 @@ struct Pipeline {
     in_flight: BTreeSet<Timestamp>,
     /// The highest timestamp of a finished commit.
     max_finished: Timestamp,
+    /// Commits waiting in `finish_commit` for their timestamp to become
+    /// visible: a commit that finishes wakes them only when there are any
+    /// (most finish in timestamp order and wait for no one).
+    waiting: usize,
 }
 
 /// See [`TxnManager::set_step_hook`].
@@ -378,6 +382,7 @@ impl TxnManager {
             pipeline: Mutex::new(Pipeline {
                 in_flight: BTreeSet::new(),
                 max_finished: ts,
+                waiting: 0,
             }),
             pipeline_changed: Condvar::new(),
             retention_micros: AtomicU64::new(DEFAULT_RETENTION.as_micros() as u64),
@@ -507,18 +512,32 @@ impl TxnManager {
             None => p.max_finished,
         };
         self.store.publish(visible);
-        self.pipeline_changed.notify_all();
-        while ok && self.store.visible_ts() < ts {
+        if p.waiting > 0 {
+            self.pipeline_changed.notify_all();
+        }
+        if !ok || self.store.visible_ts() >= ts {
+            return Ok(());
+        }
+        p.waiting += 1;
+        let r = loop {
             if self.crashed.load(Ordering::SeqCst) {
-                return Err(Error::Recovery(
+                break Err(Error::Recovery(
                     "the database stopped at a crash point before an earlier commit finished; \
                      reopen it"
                         .into(),
                 ));
             }
-            p = self.pipeline_changed.wait(p).map_err(|_| Error::Poisoned)?;
-        }
-        Ok(())
+            p = match self.pipeline_changed.wait(p) {
+                Ok(p) => p,
+                // Poisoned: nothing left to count for.
+                Err(_) => return Err(Error::Poisoned),
+            };
+            if self.store.visible_ts() >= ts {
+                break Ok(());
+            }
+        };
+        p.waiting -= 1;
+        r
     }
 
     /// A commit stopped at a crash point: its timestamp stays in flight, so

@@ -42,7 +42,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
@@ -54,15 +54,26 @@ const INTERRUPT_CHECK: Duration = Duration::from_millis(100);
 #[derive(Default)]
 pub(crate) struct LockTable {
     state: Mutex<LockState>,
-    released: Condvar,
+    /// Waits that returned (woken, timed out or spurious), for tests.
+    #[cfg(test)]
+    wakeups: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
 struct LockState {
     /// Key → id of the transaction holding its lock.
     holders: HashMap<Vec<u8>, u64>,
-    /// Waiting transaction id → the key it waits for.
-    waiting: HashMap<u64, Vec<u8>>,
+    /// Waiting transaction id → the key it waits for, and how to wake it.
+    waiting: HashMap<u64, Waiter>,
+}
+
+/// A transaction waiting for a key. Each waiter sleeps on a condition
+/// variable of its own (with the table's one mutex), so a release wakes
+/// only the waiters of the keys it releases — not every waiter of the
+/// database, and nobody (no system call) when no one waits.
+struct Waiter {
+    key: Vec<u8>,
+    wake: Arc<Condvar>,
 }
 
 /// The outcome of a lock request.
@@ -88,10 +99,10 @@ impl LockState {
             if current == txn {
                 return true;
             }
-            let Some(key) = self.waiting.get(&current) else {
+            let Some(waiter) = self.waiting.get(&current) else {
                 return false;
             };
-            let Some(&next) = self.holders.get(key) else {
+            let Some(&next) = self.holders.get(&waiter.key) else {
                 return false; // released; the waiter is about to take it
             };
             current = next;
@@ -121,6 +132,7 @@ impl LockTable {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut state = self.state();
         let mut waited = false;
+        let wake = Arc::new(Condvar::new());
         loop {
             let holder = match state.holders.get(key) {
                 None => {
@@ -146,7 +158,13 @@ impl LockTable {
                 state.waiting.remove(&txn);
                 return Err(Error::Deadlock);
             }
-            state.waiting.insert(txn, key.to_vec());
+            state.waiting.insert(
+                txn,
+                Waiter {
+                    key: key.to_vec(),
+                    wake: wake.clone(),
+                },
+            );
             waited = true;
             // Waits in slices, so an interrupt is seen even if its wake-up
             // ([`LockTable::wake_all`]) raced with this wait's start.
@@ -159,33 +177,51 @@ impl LockTable {
                 }
                 slice = slice.min(d - now);
             }
-            state = self
-                .released
+            state = wake
                 .wait_timeout(state, slice)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            #[cfg(test)]
+            self.wakeups.fetch_add(1, Ordering::SeqCst);
         }
     }
 
     /// Wakes every waiter to look at its interrupt flag (a cancel).
     pub(crate) fn wake_all(&self) {
-        let _state = self.state();
-        self.released.notify_all();
+        let state = self.state();
+        for w in state.waiting.values() {
+            w.wake.notify_one();
+        }
     }
 
-    /// Releases `txn`'s locks on `keys` and wakes the waiters.
+    /// Releases `txn`'s locks on `keys` and wakes the transactions waiting
+    /// for them (each looks again; one of a key's waiters takes it).
     pub(crate) fn release(&self, txn: u64, keys: &[Vec<u8>]) {
         if keys.is_empty() {
             return;
         }
         let mut state = self.state();
+        let mut released = false;
         for k in keys {
             if state.holders.get(k) == Some(&txn) {
                 state.holders.remove(k);
+                released = true;
             }
         }
+        if !released || state.waiting.is_empty() {
+            return;
+        }
+        // Few waiters (at most one per session), each with one key.
+        let wake: Vec<Arc<Condvar>> = state
+            .waiting
+            .values()
+            .filter(|w| keys.contains(&w.key))
+            .map(|w| w.wake.clone())
+            .collect();
         drop(state);
-        self.released.notify_all();
+        for w in wake {
+            w.notify_one();
+        }
     }
 
     /// Number of keys locked (for tests).
@@ -223,6 +259,35 @@ mod tests {
         assert_eq!(waiter.join().unwrap(), Acquired::AfterWait);
         t.release(2, &[b"k".to_vec()]);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn a_release_wakes_only_the_waiters_of_its_keys() {
+        let t = Arc::new(LockTable::default());
+        t.acquire(1, b"a", true, None, None).unwrap();
+        t.acquire(2, b"b", true, None, None).unwrap();
+        let t3 = t.clone();
+        let waiter = std::thread::spawn(move || t3.acquire(3, b"a", true, None, None).unwrap());
+        while !t.state().waiting.contains_key(&3) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let waiting_since = Instant::now();
+        // Releasing b, and a key nobody holds, does not wake the waiter
+        // for a (one condition variable for every waiter did).
+        t.release(2, &[b"b".to_vec()]);
+        t.release(1, &[b"z".to_vec()]);
+        std::thread::sleep(Duration::from_millis(30));
+        let wakeups = t.wakeups.load(Ordering::SeqCst);
+        // Only within one wait slice: after it the waiter wakes to look at
+        // its interrupt flag (a stalled machine makes this check moot).
+        if waiting_since.elapsed() < INTERRUPT_CHECK {
+            assert_eq!(wakeups, 0, "woken by another key's release");
+        }
+        assert!(!waiter.is_finished());
+        t.release(1, &[b"a".to_vec()]);
+        assert_eq!(waiter.join().unwrap(), Acquired::AfterWait);
+        assert!(t.wakeups.load(Ordering::SeqCst) >= 1);
+        assert!(!t.state().waiting.contains_key(&3));
     }
 
     #[test]

@@ -127,6 +127,9 @@ struct State {
     // keeps the database open, and end_write_transaction() hands the close back to it when
     // it ends
     deferred_close: Option<Arc<TransactionalMemory>>,
+    // Spindle: threads waiting in take_write_slot(); end_write_transaction() signals the condvar
+    // only when there are any (a signal is a system call, and most writers wait for no one)
+    write_slot_waiters: usize,
 }
 
 impl State {
@@ -265,6 +268,7 @@ impl TransactionTracker {
                 pending_non_durable_commits: BTreeMap::default(),
                 unprocessed_freed_non_durable_commits: BTreeSet::default(),
                 deferred_close: None,
+                write_slot_waiters: 0,
             }),
             live_write_transaction_available: Condvar::new(),
         }
@@ -276,7 +280,9 @@ impl TransactionTracker {
     pub(crate) fn take_write_slot(&self) {
         let mut state = self.state.lock().unwrap();
         while state.write_slot != WriteSlotState::Free {
+            state.write_slot_waiters += 1;
             state = self.live_write_transaction_available.wait(state).unwrap();
+            state.write_slot_waiters -= 1;
         }
         state.write_slot = WriteSlotState::Initializing;
     }
@@ -341,7 +347,9 @@ impl TransactionTracker {
             WriteSlotState::Initializing | WriteSlotState::Finalizing
         ));
         state.write_slot = WriteSlotState::Free;
-        self.live_write_transaction_available.notify_one();
+        if state.write_slot_waiters > 0 {
+            self.live_write_transaction_available.notify_one();
+        }
 
         state.deferred_close.take()
     }
