@@ -77,6 +77,21 @@ impl Rate {
         self.roll();
         self.current + self.previous
     }
+
+    /// Keeps half of the counts and returns the other half (a cut split's
+    /// events are shared out between its halves; where in the split they
+    /// fell is not known).
+    fn halve(&mut self) -> Rate {
+        self.roll();
+        let other = Rate {
+            bucket_start: self.bucket_start,
+            current: self.current / 2,
+            previous: self.previous / 2,
+        };
+        self.current -= other.current;
+        self.previous -= other.previous;
+        other
+    }
 }
 
 /// One split and its statistics.
@@ -103,6 +118,11 @@ pub struct Split {
     /// at every check (`None`: it is below): load is *sustained* once this
     /// is old enough, so a bulk load's burst does not cut a split.
     pub loaded_since: Option<Instant>,
+    /// When this split was last cut for load (either half of the cut):
+    /// such halves are not merged back while the load may still be there
+    /// (`spindle-txn`'s maintenance; a merge followed by another load cut
+    /// would rescan the split again and again).
+    pub load_cut_at: Option<Instant>,
 }
 
 impl Split {
@@ -118,6 +138,7 @@ impl Split {
             dirty_deletes: 0,
             recounted: None,
             loaded_since: None,
+            load_cut_at: None,
         }
     }
 }
@@ -184,18 +205,30 @@ impl SplitMap {
 
     /// Cuts split `idx` at `at`, which the [`Boundaries`] must confirm is a
     /// row-tree boundary strictly inside the split. Returns the new split's
-    /// id, or `None` if `at` is not a valid cut.
+    /// id, or `None` if `at` is not a valid cut. The halves share the
+    /// split's read and write rates, and neither counts as loaded until
+    /// its own rate says so again at a commit: a load cut needs load
+    /// sustained on the half itself before the half is cut again.
     pub fn split_at(&mut self, idx: usize, at: Vec<u8>, b: &dyn Boundaries) -> Option<u64> {
         let s = self.splits.get(idx)?;
-        if b.root_of(&at) != at
-            || at <= s.start
-            || self.end_of(idx).is_some_and(|e| at.as_slice() >= e)
+        if b.root_of(&at) != at || at <= s.start {
+            return None;
+        }
+        if self
+            .splits
+            .get(idx + 1)
+            .is_some_and(|next| at.as_slice() >= next.start.as_slice())
         {
             return None;
         }
-        let id = self.next_id;
+        let s = &mut self.splits[idx];
+        let mut new = Split::new(self.next_id, at);
+        new.reads = s.reads.halve();
+        new.writes = s.writes.halve();
+        s.loaded_since = None;
+        let id = new.id;
         self.next_id += 1;
-        self.splits.insert(idx + 1, Split::new(id, at));
+        self.splits.insert(idx + 1, new);
         Some(id)
     }
 
@@ -260,6 +293,25 @@ mod tests {
         fn root_of(&self, key: &[u8]) -> Vec<u8> {
             key.iter().take(1).copied().collect()
         }
+    }
+
+    #[test]
+    fn a_cut_shares_the_rates_and_ends_the_load() {
+        let mut map = SplitMap::default();
+        let s = &mut map.splits_mut()[0];
+        s.writes.add(1001);
+        s.reads.add(10);
+        s.loaded_since = Some(Instant::now());
+        map.split_at(0, vec![7], &OneByteRoots).unwrap();
+        let [left, right] = map.splits_mut() else {
+            panic!("two splits")
+        };
+        assert_eq!(
+            (left.writes.per_minute(), right.writes.per_minute()),
+            (501, 500)
+        );
+        assert_eq!((left.reads.per_minute(), right.reads.per_minute()), (5, 5));
+        assert!(left.loaded_since.is_none() && right.loaded_since.is_none());
     }
 
     #[derive(Debug, Clone)]

@@ -352,6 +352,15 @@ impl Splits {
         }
         let total: u64 = sizes.iter().map(|(_, n, _)| n).sum();
         let rows: u64 = sizes.iter().map(|(_, _, r)| r).sum();
+        // A load recount queued before a cut of this split (by the commits
+        // that came while the cut's scan ran) finds the load ended: the cut
+        // ended it, and the half must carry load for the whole window again.
+        let load = load && {
+            let after = self.load_split_after_micros.load(Ordering::Relaxed);
+            map.splits()[idx]
+                .loaded_since
+                .is_some_and(|t| t.elapsed().as_micros() as u64 >= after)
+        };
         let grown = {
             let s = &map.splits()[idx];
             (s.bytes, s.rows, s.dirty_deletes) != before
@@ -388,6 +397,11 @@ impl Splits {
             match cut {
                 Some((at, new_id)) => {
                     {
+                        if load {
+                            let now = Some(std::time::Instant::now());
+                            map.splits_mut()[idx].load_cut_at = now;
+                            map.splits_mut()[idx + 1].load_cut_at = now;
+                        }
                         let (left, left_rows) = sizes
                             .iter()
                             .take_while(|(r, _, _)| *r < at)
@@ -432,7 +446,7 @@ impl Splits {
                     false
                 }
             }
-        } else if total < threshold / 4 && idx + 1 < map.len() {
+        } else if total < threshold / 4 && idx + 1 < map.len() && self.may_merge(&mut map, idx) {
             // The neighbour is scanned without the map's lock (every commit
             // groups its writes under it, and the neighbour may be large);
             // the merge is made only if neither split moved meanwhile.
@@ -474,6 +488,25 @@ impl Splits {
         } else {
             false
         }
+    }
+
+    /// Whether split `idx` may merge with the next one as far as load
+    /// goes: not while their writes together reach half the load-split
+    /// rate (the merged split would soon be cut for load again), nor within
+    /// the sustained-load window after either was cut for load (the new
+    /// half's rate counter starts from an estimate). Without this, a split
+    /// cut for load was merged back by the recount that followed the cut,
+    /// then cut again: under pgbench's TPC-B a scan of the whole split
+    /// every few hundred milliseconds (bench/README.md, nineteenth session).
+    fn may_merge(&self, map: &mut SplitMap, idx: usize) -> bool {
+        let after =
+            std::time::Duration::from_micros(self.load_split_after_micros.load(Ordering::Relaxed));
+        let splits = &mut map.splits_mut()[idx..=idx + 1];
+        let writes: u64 = splits.iter_mut().map(|s| s.writes.per_minute()).sum();
+        writes < LOAD_SPLIT_WRITES_PER_MINUTE / 2
+            && splits
+                .iter()
+                .all(|s| s.load_cut_at.is_none_or(|at| at.elapsed() >= after))
     }
 
     /// Live bytes and rows per row tree of `[start, end)` at `ts` (applied:
