@@ -49,6 +49,11 @@ struct Args {
     /// Client counts for the pgbench workloads.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4, 8])]
     clients: Vec<u32>,
+    /// pgbench runs per system and case (workloads 1 and 2), each
+    /// `--seconds` long, the systems alternating; the figure is the mean of
+    /// the rounds' tps.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Rows in pgbench_accounts.
     #[arg(long, default_value_t = 100_000)]
     accounts: i64,
@@ -247,7 +252,19 @@ async fn pgbench_workloads(
             seconds: args.seconds,
             max_tries: tries,
         };
-        Ok::<_, util::Error>((pgbench::run(&sp_t, &r)?, pgbench::run(&pg_t, &r)?))
+        // Rounds alternate which system goes first (S P, P S, S P, …), so
+        // that a slow stretch of the machine falls on both.
+        let (mut s, mut p) = (Vec::new(), Vec::new());
+        for round in 0..args.rounds.max(1) {
+            if round % 2 == 0 {
+                s.push(pgbench::run(&sp_t, &r)?);
+                p.push(pgbench::run(&pg_t, &r)?);
+            } else {
+                p.push(pgbench::run(&pg_t, &r)?);
+                s.push(pgbench::run(&sp_t, &r)?);
+            }
+        }
+        Ok::<_, util::Error>((pgbench::combine(&s)?, pgbench::combine(&p)?))
     };
     if args.wants(1) {
         for mode in ["simple", "prepared"] {
@@ -265,8 +282,8 @@ async fn pgbench_workloads(
                     other: p,
                     target: Some(1.0),
                     note: format!(
-                        "pgbench -n -f select.sql -T {}, `SELECT abalance FROM pgbench_accounts WHERE aid = :aid` over {} accounts; pgbench, the server and the other idle server share the machine",
-                        args.seconds, args.accounts
+                        "pgbench -n -f select.sql -T {} in {} rounds per system, the systems alternating (mean tps); `SELECT abalance FROM pgbench_accounts WHERE aid = :aid` over {} accounts; pgbench, the server and the other idle server share the machine",
+                        args.seconds, args.rounds, args.accounts
                     ),
                 });
             }
@@ -287,8 +304,10 @@ async fn pgbench_workloads(
                 other: p,
                 target: Some(1.0),
                 note: format!(
-                    "pgbench's tpcb-like script (BEGIN; 3 UPDATEs, SELECT, INSERT; END) with --max-tries={}; {} accounts, {} branches, {} tellers; PostgreSQL at its default READ COMMITTED, Spindle serializable; durable commits in both (PostgreSQL: fsync=on, synchronous_commit=on; Spindle: its Store::flush); failed = gave up after the retries",
+                    "pgbench's tpcb-like script (BEGIN; 3 UPDATEs, SELECT, INSERT; END) with --max-tries={}, -T {} in {} rounds per system, the systems alternating (mean tps); {} accounts, {} branches, {} tellers; PostgreSQL at its default READ COMMITTED, Spindle serializable; durable commits in both (PostgreSQL: fsync=on, synchronous_commit=on; Spindle: its Store::flush); failed = gave up after the retries",
                     args.max_tries,
+                    args.seconds,
+                    args.rounds,
                     args.accounts,
                     args.branches,
                     args.branches * 10

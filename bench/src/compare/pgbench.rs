@@ -12,6 +12,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use hdrhistogram::Histogram;
 use tokio_postgres::Client;
 
 use super::util::{fail, histogram, progress, Context, Figure, Result};
@@ -127,9 +128,41 @@ pub struct Run<'a> {
     pub max_tries: Option<u32>,
 }
 
-/// Runs pgbench once; tps from its summary, p50/p99 from its
+/// One pgbench run: its summary's figures and the latencies of its
+/// per-transaction log.
+pub struct Round {
+    tps: f64,
+    processed: u64,
+    failures: Option<u64>,
+    retries: Option<u64>,
+    latencies: Histogram<u64>,
+}
+
+/// The rounds of one system in one case as one figure: the mean of the
+/// rounds' tps (rounds of equal length), transactions, failures and
+/// retries summed, p50/p99 over every round's transactions.
+pub fn combine(rounds: &[Round]) -> Result<Figure> {
+    let mut hist = histogram();
+    for r in rounds {
+        hist.add(&r.latencies).ctx("histogram")?;
+    }
+    if rounds.is_empty() || hist.is_empty() {
+        return fail("no pgbench rounds to combine");
+    }
+    let sum = |f: fn(&Round) -> Option<u64>| rounds.iter().map(f).sum::<Option<u64>>();
+    Ok(Figure {
+        value: rounds.iter().map(|r| r.tps).sum::<f64>() / rounds.len() as f64,
+        p50_us: Some(hist.value_at_quantile(0.5)),
+        p99_us: Some(hist.value_at_quantile(0.99)),
+        ops: rounds.iter().map(|r| r.processed).sum(),
+        failures: sum(|r| r.failures),
+        retries: sum(|r| r.retries),
+    })
+}
+
+/// Runs pgbench once; tps from its summary, latencies from its
 /// per-transaction log (`-l`).
-pub fn run(t: &Target, r: &Run) -> Result<Figure> {
+pub fn run(t: &Target, r: &Run) -> Result<Round> {
     let logs = tempfile::Builder::new()
         .prefix("compare-pgbench")
         .tempdir()
@@ -193,13 +226,12 @@ pub fn run(t: &Target, r: &Run) -> Result<Figure> {
     if hist.is_empty() {
         return fail(format!("pgbench wrote no transaction log:\n{stdout}"));
     }
-    Ok(Figure {
-        value: tps,
-        p50_us: Some(hist.value_at_quantile(0.5)),
-        p99_us: Some(hist.value_at_quantile(0.99)),
-        ops: processed as u64,
+    Ok(Round {
+        tps,
+        processed: processed as u64,
         failures: failures.map(|f| f as u64),
         retries: retries.map(|f| f as u64),
+        latencies: hist,
     })
 }
 
