@@ -180,6 +180,18 @@ fn update_a_few(db: &Database) {
     }
 }
 
+/// Single-row commits over the first third of `t`'s keys: enough sampled
+/// commits for a cut for load to be chosen among them.
+fn update_spread(db: &Database) {
+    for i in 1..=20 {
+        db.execute(
+            "UPDATE t SET v = v + 1 WHERE k = $1",
+            &[spindle::Value::Int64(i * 1000)],
+        )
+        .unwrap();
+    }
+}
+
 /// A bulk load's burst of writes is not sustained load: the split stays
 /// whole (cutting it would only make transactions spanning both halves
 /// pay two-phase commit).
@@ -201,11 +213,52 @@ fn sustained_load_cuts_a_split() {
         .manager()
         .set_load_split_after(std::time::Duration::from_millis(300));
     create_and_load(&db);
-    update_a_few(&db);
+    update_spread(&db);
     assert_eq!(db.engine().manager().split_stats().unwrap().len(), 1);
     std::thread::sleep(std::time::Duration::from_millis(350));
     update_a_few(&db);
-    assert_eq!(db.engine().manager().split_stats().unwrap().len(), 2);
+    let stats = db.engine().manager().split_stats().unwrap();
+    assert_eq!(stats.len(), 2);
+    // Cut where the sampled commits divide (keys 1 000–20 000), not at the
+    // middle of the split's bytes (about key 30 500).
+    assert!(
+        (5_000..=16_000).contains(&stats[0].rows),
+        "left half's rows: {stats:?}"
+    );
+}
+
+/// Load whose every commit writes near both ends of a split (pgbench's
+/// TPC-B: a branch and an account, and the history's tail) is not cut:
+/// each of those commits would pay two-phase commit across the cut.
+#[test]
+fn load_that_every_cut_would_cross_does_not_cut() {
+    let db = Database::open_in_memory().unwrap();
+    db.engine()
+        .manager()
+        .set_load_split_after(std::time::Duration::from_millis(300));
+    create_and_load(&db);
+    let mut s = db.session();
+    let mut both_ends = |i: i64| {
+        s.execute("BEGIN", &[]).unwrap();
+        for k in [i, 61_000 - i] {
+            s.execute(
+                "UPDATE t SET v = v + 1 WHERE k = $1",
+                &[spindle::Value::Int64(k)],
+            )
+            .unwrap();
+        }
+        s.execute("COMMIT", &[]).unwrap();
+    };
+    for i in 1..=20 {
+        both_ends(i * 100);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    for i in 21..=25 {
+        both_ends(i * 100);
+    }
+    let stats = db.engine().manager().split_stats().unwrap();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert!(stats[0].writes_per_minute >= spindle_txn::LOAD_SPLIT_WRITES_PER_MINUTE);
 }
 
 /// A split cut for load is not merged back while the load may last: the
@@ -219,14 +272,15 @@ fn a_split_cut_for_load_is_not_merged_back_at_once() {
     let window = std::time::Duration::from_secs(3);
     db.engine().manager().set_load_split_after(window);
     create_and_load(&db);
-    update_a_few(&db);
+    update_spread(&db);
     std::thread::sleep(window + std::time::Duration::from_millis(50));
     update_a_few(&db);
     let splits = || db.engine().manager().split_stats().unwrap();
     assert_eq!(splits().len(), 2);
     let cut = std::time::Instant::now();
-    // Most of the left half's rows go: its recount finds it small, with a
-    // small neighbour (the old rule merged them).
+    // The left half's rows go (the cut falls among keys 1 000–20 000):
+    // its recount finds it small, with a small neighbour (the old rule
+    // merged them).
     db.execute("DELETE FROM t WHERE k <= 16000", &[]).unwrap();
     let after = splits();
     if cut.elapsed() < window {

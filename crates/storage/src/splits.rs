@@ -94,6 +94,113 @@ impl Rate {
     }
 }
 
+/// The key ranges written by a sample of a loaded split's commits (a
+/// reservoir of [`LOAD_SAMPLE`] commits: each commit seen so far had the
+/// same chance to be kept), from which a cut for load is chosen: where
+/// the sampled commits fall about evenly on both sides and few cross it.
+/// A commit that wrote on both sides of a cut would pay two-phase commit
+/// for it; when most of them would (pgbench's TPC-B writes a branch, a
+/// teller, an account and the history's tail in every transaction),
+/// there is no cut for load at all (CockroachDB's load-based splitter
+/// weighs the same two things).
+#[derive(Clone, Debug, Default)]
+pub struct LoadSample {
+    seen: u64,
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    /// xorshift state for the reservoir's choices (seeded on first use).
+    random: u64,
+}
+
+/// Commits a [`LoadSample`] keeps.
+pub const LOAD_SAMPLE: usize = 64;
+/// Sampled commits needed before a cut for load is chosen.
+pub const LOAD_SAMPLE_MIN: usize = 16;
+
+impl LoadSample {
+    /// Notes a commit that wrote keys `first..=last` in the split.
+    pub fn add(&mut self, first: &[u8], last: &[u8]) {
+        self.seen += 1;
+        if self.ranges.len() < LOAD_SAMPLE {
+            self.ranges.push((first.to_vec(), last.to_vec()));
+            return;
+        }
+        let slot = self.next_random() % self.seen;
+        if let Some(r) = self.ranges.get_mut(slot as usize) {
+            r.0.clear();
+            r.0.extend_from_slice(first);
+            r.1.clear();
+            r.1.extend_from_slice(last);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.seen = 0;
+        self.ranges.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    fn next_random(&mut self) -> u64 {
+        if self.random == 0 {
+            self.random = 0x9E37_79B9_7F4A_7C15;
+        }
+        let mut x = self.random;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.random = x;
+        x
+    }
+
+    /// The row-tree boundary strictly inside `[start, end)` to cut at for
+    /// load: among the sampled commits' first keys (as row-tree roots),
+    /// the one that leaves the two sides' commit counts closest, each side
+    /// with at least a quarter of the sampled commits and at most a fifth
+    /// of them crossing it. `None` when no key qualifies or too few
+    /// commits were sampled.
+    pub fn cut_key(&self, start: &[u8], end: Option<&[u8]>, b: &dyn Boundaries) -> Option<Vec<u8>> {
+        let n = self.ranges.len();
+        if n < LOAD_SAMPLE_MIN {
+            return None;
+        }
+        let mut candidates: Vec<Vec<u8>> = self
+            .ranges
+            .iter()
+            .map(|(first, _)| b.root_of(first))
+            .filter(|c| c.as_slice() > start && end.is_none_or(|e| c.as_slice() < e))
+            .collect();
+        candidates.sort();
+        candidates.dedup();
+        let mut best: Option<(usize, Vec<u8>)> = None;
+        for c in candidates {
+            let (mut left, mut right, mut crossing) = (0, 0, 0);
+            for (first, last) in &self.ranges {
+                if last.as_slice() < c.as_slice() {
+                    left += 1;
+                } else if first.as_slice() >= c.as_slice() {
+                    right += 1;
+                } else {
+                    crossing += 1;
+                }
+            }
+            if crossing * 5 > n || left * 4 < n || right * 4 < n {
+                continue;
+            }
+            let imbalance = left.abs_diff(right);
+            if best.as_ref().is_none_or(|(i, _)| imbalance < *i) {
+                best = Some((imbalance, c));
+            }
+        }
+        best.map(|(_, c)| c)
+    }
+}
+
 /// One split and its statistics.
 #[derive(Clone, Debug)]
 pub struct Split {
@@ -123,6 +230,12 @@ pub struct Split {
     /// (`spindle-txn`'s maintenance; a merge followed by another load cut
     /// would rescan the split again and again).
     pub load_cut_at: Option<Instant>,
+    /// Commits sampled while the split carries load (see [`LoadSample`]);
+    /// emptied when the load ends and at a cut.
+    pub load_sample: LoadSample,
+    /// When a cut for load was last looked for (a look weighs the whole
+    /// sample: spaced out like load recounts).
+    pub load_checked: Option<Instant>,
 }
 
 impl Split {
@@ -139,6 +252,8 @@ impl Split {
             recounted: None,
             loaded_since: None,
             load_cut_at: None,
+            load_sample: LoadSample::default(),
+            load_checked: None,
         }
     }
 }
@@ -226,6 +341,7 @@ impl SplitMap {
         new.reads = s.reads.halve();
         new.writes = s.writes.halve();
         s.loaded_since = None;
+        s.load_sample.clear();
         let id = new.id;
         self.next_id += 1;
         self.splits.insert(idx + 1, new);
@@ -312,6 +428,47 @@ mod tests {
         );
         assert_eq!((left.reads.per_minute(), right.reads.per_minute()), (5, 5));
         assert!(left.loaded_since.is_none() && right.loaded_since.is_none());
+    }
+
+    #[test]
+    fn a_load_cut_falls_where_the_commits_divide_and_few_cross() {
+        let mut sample = LoadSample::default();
+        // Commits of one row each, spread over root rows 10..=49.
+        for r in 10..50u8 {
+            sample.add(&[r, 1], &[r, 2]);
+        }
+        let at = sample.cut_key(&[], None, &OneByteRoots).unwrap();
+        assert!((28..=32).contains(&at[0]), "{at:?}");
+        // Within bounds only.
+        assert!(sample.cut_key(&[40], None, &OneByteRoots).is_none());
+        // Too few commits sampled.
+        let mut few = LoadSample::default();
+        for r in 10..20u8 {
+            few.add(&[r], &[r]);
+        }
+        assert!(few.cut_key(&[], None, &OneByteRoots).is_none());
+    }
+
+    #[test]
+    fn no_load_cut_when_most_commits_would_cross_it() {
+        let mut sample = LoadSample::default();
+        // Every commit writes a row near the start and one at the end
+        // (TPC-B: branch, teller, account, history's tail).
+        for i in 0..200u8 {
+            sample.add(&[1 + i % 50], &[200, i]);
+        }
+        assert_eq!(sample.len(), LOAD_SAMPLE);
+        assert!(sample.cut_key(&[], None, &OneByteRoots).is_none());
+        // A few such commits among many local ones do not stop a cut.
+        let mut mixed = LoadSample::default();
+        for i in 0..60u8 {
+            if i % 10 == 0 {
+                mixed.add(&[1], &[200]);
+            } else {
+                mixed.add(&[10 + i], &[10 + i]);
+            }
+        }
+        assert!(mixed.cut_key(&[], None, &OneByteRoots).is_some());
     }
 
     #[derive(Debug, Clone)]

@@ -36,6 +36,11 @@
 //! * [`Splits::wait_idle`] returns once nothing is queued or running:
 //!   `TxnManager::split_stats` (SHOW SPLITS, `spindle_splits`) waits for it,
 //!   so the layout it reports follows every commit before the call.
+//! * A cut for load falls where the split's sampled commits divide, few
+//!   of them crossing it (`LoadSample::cut_key`); with no such key the
+//!   split stays whole and no recount is queued for load. The halves of a
+//!   load cut are not merged back within the load window, nor while they
+//!   write at half the load-split rate or more (`Splits::may_merge`).
 //! * Maintenance only skips on failure: a split left uncut is cut at a
 //!   later recount.
 //! * Only the maintenance thread persists the split map, encoded under
@@ -174,9 +179,10 @@ impl Splits {
                 }
             }
             for d in deltas {
-                let Some(s) = map.splits_mut().iter_mut().find(|s| s.id == d.id) else {
+                let Some(idx) = map.splits().iter().position(|s| s.id == d.id) else {
                     continue;
                 };
+                let s = &mut map.splits_mut()[idx];
                 s.writes.add(d.writes);
                 s.bytes += d.bytes;
                 s.rows += d.puts;
@@ -187,6 +193,11 @@ impl Splits {
                     (true, None) => Some(std::time::Instant::now()),
                     (true, since) => since,
                 };
+                if loaded {
+                    s.load_sample.add(&d.first, &d.last);
+                } else if !s.load_sample.is_empty() {
+                    s.load_sample.clear();
+                }
                 let sustained = s
                     .loaded_since
                     .is_some_and(|t| t.elapsed().as_micros() as u64 >= after);
@@ -196,7 +207,17 @@ impl Splits {
                 // already found to be one uncuttable row tree only once it
                 // has grown by a quarter since.
                 let since = s.recounted.map(|(at, _)| at.elapsed());
-                let load = sustained && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL);
+                let mut load = sustained
+                    && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL)
+                    && s.load_checked
+                        .is_none_or(|t| t.elapsed() >= LOAD_RECOUNT_INTERVAL);
+                if load {
+                    // Recount for load only if the sample has a cut
+                    // (weighed at most once per LOAD_RECOUNT_INTERVAL).
+                    s.load_checked = Some(std::time::Instant::now());
+                    load = self.load_cut(&map, idx).is_some();
+                }
+                let s = &mut map.splits_mut()[idx];
                 let big = s.bytes > threshold
                     && (!s.oversized
                         || s.recounted.is_none_or(|(_, was)| s.bytes >= was + was / 4));
@@ -375,11 +396,21 @@ impl Splits {
             s.oversized = false;
             s.recounted = Some((std::time::Instant::now(), total));
         }
-        if total > threshold || (load && sizes.len() > 1) {
+        // Under load (and not too big), the cut falls where the sampled
+        // commits divide; without such a key, no cut for load.
+        let load_at = if load && total <= threshold {
+            self.load_cut_with(&map, idx, b)
+        } else {
+            None
+        };
+        if total > threshold || load_at.is_some() {
             // The row tree at which the running total passes half.
             let mut acc = 0;
-            let mut cut = None;
+            let mut cut = load_at.clone();
             for (root, n, _) in &sizes {
+                if cut.is_some() {
+                    break;
+                }
                 if acc >= total / 2 && root.as_slice() > start.as_slice() {
                     cut = Some(root.clone());
                     break;
@@ -397,7 +428,7 @@ impl Splits {
             match cut {
                 Some((at, new_id)) => {
                     {
-                        if load {
+                        if load_at.is_some() {
                             let now = Some(std::time::Instant::now());
                             map.splits_mut()[idx].load_cut_at = now;
                             map.splits_mut()[idx + 1].load_cut_at = now;
@@ -488,6 +519,24 @@ impl Splits {
         } else {
             false
         }
+    }
+
+    /// The cut for load that split `idx`'s sampled commits suggest
+    /// ([`spindle_storage::splits::LoadSample::cut_key`]), with the newest
+    /// catalog's row trees.
+    fn load_cut(&self, map: &SplitMap, idx: usize) -> Option<Vec<u8>> {
+        let catalog = self.catalog.read().ok()?.1.clone();
+        self.load_cut_with(map, idx, &CatalogBoundaries(&catalog))
+    }
+
+    fn load_cut_with(
+        &self,
+        map: &SplitMap,
+        idx: usize,
+        b: &CatalogBoundaries<'_>,
+    ) -> Option<Vec<u8>> {
+        let s = map.get(idx)?;
+        s.load_sample.cut_key(&s.start, map.end_of(idx), b)
     }
 
     /// Whether split `idx` may merge with the next one as far as load
