@@ -395,6 +395,12 @@ impl TxnManager {
         &self.store
     }
 
+    /// Scans the split maintenance has made so far (each reads a whole
+    /// split: for diagnostics and tests).
+    pub fn split_scans(&self) -> u64 {
+        self.splits.scans.load(Ordering::Relaxed)
+    }
+
     /// Sets the size above which a split is cut in two.
     pub fn set_split_threshold(&self, bytes: u64) {
         self.splits.threshold.store(bytes.max(1), Ordering::Relaxed);
