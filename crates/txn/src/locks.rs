@@ -132,7 +132,8 @@ impl LockTable {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut state = self.state();
         let mut waited = false;
-        let wake = Arc::new(Condvar::new());
+        // Made at the first wait only: most requests find the lock free.
+        let mut wake: Option<Arc<Condvar>> = None;
         loop {
             let holder = match state.holders.get(key) {
                 None => {
@@ -158,6 +159,7 @@ impl LockTable {
                 state.waiting.remove(&txn);
                 return Err(Error::Deadlock);
             }
+            let wake = wake.get_or_insert_with(|| Arc::new(Condvar::new())).clone();
             state.waiting.insert(
                 txn,
                 Waiter {

@@ -206,9 +206,8 @@ impl Splits {
                     .is_some_and(|t| t.elapsed().as_micros() as u64 >= after);
                 // A recount scans the whole split, so the triggers that can
                 // repeat commit after commit are spaced out: sustained load
-                // recounts at most every LOAD_RECOUNT_INTERVAL, and a split
-                // already found to be one uncuttable row tree only once it
-                // has grown by a quarter since.
+                // recounts at most every LOAD_RECOUNT_INTERVAL (and only with
+                // a cut in its sample), size below.
                 let since = s.recounted.map(|(at, _)| at.elapsed());
                 let mut load = sustained
                     && since.is_none_or(|d| d >= LOAD_RECOUNT_INTERVAL)
@@ -412,26 +411,20 @@ impl Splits {
             None
         };
         if total > threshold || load_at.is_some() {
-            // The row tree at which the running total passes half.
-            let mut acc = 0;
-            let mut cut = load_at.clone();
-            for (root, n, _) in &sizes {
-                if cut.is_some() {
-                    break;
-                }
-                if acc >= total / 2 && root.as_slice() > start.as_slice() {
-                    cut = Some(root.clone());
-                    break;
-                }
-                acc += n;
-            }
-            let cut = cut.or_else(|| {
-                sizes
-                    .iter()
-                    .map(|(r, _, _)| r)
-                    .find(|r| r.as_slice() > start.as_slice())
-                    .cloned()
-            });
+            // For size: the row tree at which the running total passes
+            // half (else the first one after the split's start).
+            let inside = |r: &Vec<u8>| r.as_slice() > start.as_slice();
+            let cut = load_at
+                .clone()
+                .or_else(|| {
+                    let mut acc = 0;
+                    sizes.iter().find_map(|(root, n, _)| {
+                        let passed = acc >= total / 2;
+                        acc += n;
+                        (passed && inside(root)).then(|| root.clone())
+                    })
+                })
+                .or_else(|| sizes.iter().map(|(r, _, _)| r).find(|r| inside(r)).cloned());
             let cut = cut.and_then(|at| map.split_at(idx, at.clone(), b).map(|id| (at, id)));
             match cut {
                 Some((at, new_id)) => {
