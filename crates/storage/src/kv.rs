@@ -378,6 +378,65 @@ mod tests {
         assert_eq!(kv.entries().len(), 10_000);
     }
 
+    /// The B-tree orders keys by vendored redb's own byte comparison
+    /// (eight bytes at a time, vendor/redb/SPINDLE-PATCH.md, change 6),
+    /// which must be exactly `memcmp` order: keys of every length around
+    /// the eight-byte steps, from bytes at the signed and unsigned edges,
+    /// many sharing long prefixes, are scanned back in the order a sorted
+    /// set of slices has, found by point reads, and bounded ranges return
+    /// what the set's ranges hold.
+    #[test]
+    fn keys_are_ordered_as_byte_slices() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        use std::collections::BTreeSet;
+
+        let byte = proptest::sample::select(vec![0x00u8, 0x01, 0x7f, 0x80, 0xfe, 0xff]);
+        let tail = proptest::collection::vec(byte, 0..20);
+        // A shared prefix (none, or 7, 8 or 9 bytes of one of two patterns)
+        // plus a tail.
+        let key = (0usize..4, any::<bool>(), tail).prop_map(|(p, pat, tail)| {
+            let mut k = vec![if pat { 0x80 } else { 0x7f }; [0, 7, 8, 9][p]];
+            k.extend(tail);
+            k
+        });
+        let keys = proptest::collection::vec(key.clone(), 1..300);
+        let probes = proptest::collection::vec((key.clone(), key), 1..20);
+        let mut runner = TestRunner::new(Config {
+            cases: 64,
+            ..Config::default()
+        });
+        runner
+            .run(&(keys, probes), |(keys, probes)| {
+                let kv = Kv::temporary().unwrap();
+                let model: BTreeSet<Vec<u8>> = keys.into_iter().collect();
+                kv.write(|t| {
+                    for k in &model {
+                        insert(t, k, k)?;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+                let got: Vec<Vec<u8>> = kv.entries().into_iter().map(|(k, _)| k).collect();
+                let want: Vec<Vec<u8>> = model.iter().cloned().collect();
+                prop_assert_eq!(got, want);
+                let snap = kv.snapshot().unwrap();
+                for (a, b) in probes {
+                    prop_assert_eq!(snap.get(&a).unwrap(), model.get(&a).cloned());
+                    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                    let got: Vec<Vec<u8>> = snap
+                        .range(&lo, &hi, false)
+                        .unwrap()
+                        .map(|r| r.unwrap().0.value().to_vec())
+                        .collect();
+                    let want: Vec<Vec<u8>> = model.range(lo.clone()..hi.clone()).cloned().collect();
+                    prop_assert_eq!(got, want, "range {:?}..{:?}", lo, hi);
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
     /// Ascending runs at random places, random inserts, overwrites and
     /// removes over several write transactions leave exactly what a model
     /// map holds, in order.

@@ -540,9 +540,35 @@ impl Value for &[u8] {
     }
 }
 
+/// Lexicographic byte order, the same as `<[u8] as Ord>::cmp`, eight bytes at a time and
+/// without a call: `<[u8]>::cmp` calls the C library's `memcmp`, whose call and setup cost
+/// more than the comparison itself for the short keys a B-tree search compares a dozen of.
+/// (SPINDLE-PATCH.md, change 6)
+#[inline(always)]
+fn compare_bytes(data1: &[u8], data2: &[u8]) -> Ordering {
+    let (mut a, mut b) = (data1, data2);
+    while let (Some((x, rest_a)), Some((y, rest_b))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+        a = rest_a;
+        b = rest_b;
+    }
+    for (x, y) in a.iter().zip(b) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
 impl Key for &[u8] {
+    #[inline(always)]
     fn compare(data1: &[u8], data2: &[u8]) -> Ordering {
-        data1.cmp(data2)
+        compare_bytes(data1, data2)
     }
 
     fn separator<'a>(left: &'a [u8], right: &'a [u8]) -> Cow<'a, [u8]> {
