@@ -168,6 +168,15 @@ impl UncommittedPages {
         self.shard(page).lock().unwrap().contains(&page)
     }
 
+    /// A copy of every shard's pages (SPINDLE-PATCH.md, change 7).
+    fn snapshot(&self) -> PageNumberHashSet {
+        let mut result = PageNumberHashSet::default();
+        for shard in &self.shards {
+            result.extend(shard.0.lock().unwrap().iter().copied());
+        }
+        result
+    }
+
     /// Drains every shard, returning all the pages recorded.
     fn take_all(&self) -> PageNumberHashSet {
         let mut result = PageNumberHashSet::default();
@@ -281,6 +290,11 @@ impl PageAllocator {
 
     pub(crate) fn uncommitted(&self, page: PageNumber) -> bool {
         self.allocated_since_commit.contains(page)
+    }
+
+    /// The pages [`Self::uncommitted`] holds now, as one set to probe without locks.
+    pub(crate) fn uncommitted_snapshot(&self) -> PageNumberHashSet {
+        self.allocated_since_commit.snapshot()
     }
 
     pub(crate) fn get_page(&self, page_number: PageNumber, hint: PageHint) -> Result<PageImpl> {
