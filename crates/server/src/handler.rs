@@ -543,6 +543,11 @@ pub(crate) struct Handler {
 #[derive(Debug, Clone)]
 pub(crate) struct Prepared {
     sql: String,
+    /// The text's statements, parsed once at Parse (`None` for COPY): an
+    /// Execute with parameters runs them without looking the text up in
+    /// the engine's parse cache again (a hash of the text and a lock that
+    /// every connection shares, per Execute).
+    parsed: Option<Arc<spindle_sql::plan_cache::Parsed>>,
     params: Vec<Type>,
     columns: Option<SchemaRef>,
     tag: &'static str,
@@ -1090,6 +1095,7 @@ impl QueryParser for Handler {
             }
             return Ok(Some(Prepared {
                 sql: sql.to_string(),
+                parsed: None,
                 params: vec![],
                 columns: None,
                 tag: "COPY",
@@ -1109,12 +1115,15 @@ impl QueryParser for Handler {
                 _ => types::param_type(desc.params.get(i).and_then(|t| t.as_ref())),
             })
             .collect();
-        let tag = spindle_sql::parser::parse(sql)
-            .ok()
-            .and_then(|s| s.first().map(|s| s.tag()))
+        // `describe` parsed the text, so this is the parse cache's entry.
+        let parsed = session.engine().parse_cached(sql).ok();
+        let tag = parsed
+            .as_ref()
+            .and_then(|p| p.stmts.first().map(|s| s.tag()))
             .unwrap_or("SELECT");
         Ok(Some(Prepared {
             sql: sql.to_string(),
+            parsed,
             params,
             columns: desc.columns,
             tag,
@@ -1412,10 +1421,22 @@ impl ExtendedQueryHandler for Handler {
         let result = {
             let _running = self.conn.shared.in_flight.read().await;
             let mut session = self.conn.session.lock().await;
-            session
-                .execute(&prepared.sql, &params)
-                .instrument(span.clone())
-                .await
+            match &prepared.parsed {
+                // Without parameters the text goes by `execute`, which
+                // also tries its inline values' parameterized form.
+                Some(parsed) if !params.is_empty() => {
+                    session
+                        .execute_parsed(parsed, &params)
+                        .instrument(span.clone())
+                        .await
+                }
+                _ => {
+                    session
+                        .execute(&prepared.sql, &params)
+                        .instrument(span.clone())
+                        .await
+                }
+            }
         };
         span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
         let mut outputs = result.map_err(|e| to_pg(&e))?;

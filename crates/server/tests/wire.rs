@@ -1450,3 +1450,66 @@ async fn busy_polling_connections_answer_every_message() {
     assert_eq!(ra, (0..100i64).map(|k| k * 10).sum::<i64>());
     assert_eq!(rb, 100);
 }
+
+/// A statement prepared with parameters is parsed once, at Parse, and its
+/// Executes run those statements (not the text looked up again): they
+/// must still see every schema change made since, from any connection —
+/// an index, a new column, the table dropped (an error with its
+/// SQLSTATE, not a stale answer) and made again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_follow_schema_changes() {
+    let addr = start(None).await;
+    let a = connect(addr).await;
+    let b = connect(addr).await;
+    a.batch_execute(
+        "CREATE TABLE t (k bigint PRIMARY KEY, v bigint NOT NULL);
+         INSERT INTO t VALUES (1, 10), (2, 20), (3, 30)",
+    )
+    .await
+    .unwrap();
+    let select = a.prepare("SELECT v FROM t WHERE k = $1").await.unwrap();
+    let bump = a
+        .prepare("UPDATE t SET v = v + $1 WHERE k = $2")
+        .await
+        .unwrap();
+    let by_v = a.prepare("SELECT k FROM t WHERE v = $1").await.unwrap();
+    let v = |rows: Vec<tokio_postgres::Row>| rows.iter().map(|r| r.get(0)).collect::<Vec<i64>>();
+
+    assert_eq!(a.execute(&bump, &[&5i64, &2i64]).await.unwrap(), 1);
+    assert_eq!(v(a.query(&select, &[&2i64]).await.unwrap()), vec![25]);
+
+    b.batch_execute("CREATE UNIQUE INDEX t_v ON t (v)")
+        .await
+        .unwrap();
+    assert_eq!(v(a.query(&by_v, &[&25i64]).await.unwrap()), vec![2]);
+    // The index is maintained by the prepared UPDATE, and enforced.
+    assert_eq!(a.execute(&bump, &[&1i64, &2i64]).await.unwrap(), 1);
+    assert_eq!(v(a.query(&by_v, &[&26i64]).await.unwrap()), vec![2]);
+    let e = a.execute(&bump, &[&4i64, &2i64]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "23505", "{e:?}");
+
+    b.batch_execute("ALTER TABLE t ADD COLUMN w bigint")
+        .await
+        .unwrap();
+    assert_eq!(a.execute(&bump, &[&100i64, &3i64]).await.unwrap(), 1);
+    assert_eq!(v(a.query(&select, &[&3i64]).await.unwrap()), vec![130]);
+
+    b.batch_execute("DROP TABLE t").await.unwrap();
+    let e = a.query(&select, &[&3i64]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42P01", "{e:?}");
+    let e = a.execute(&bump, &[&1i64, &3i64]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42P01", "{e:?}");
+
+    b.batch_execute(
+        "CREATE TABLE t (k bigint PRIMARY KEY, v bigint NOT NULL);
+         INSERT INTO t VALUES (3, 7)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(a.execute(&bump, &[&1i64, &3i64]).await.unwrap(), 1);
+    assert_eq!(v(a.query(&select, &[&3i64]).await.unwrap()), vec![8]);
+    assert_eq!(
+        v(a.query(&select, &[&2i64]).await.unwrap()),
+        Vec::<i64>::new()
+    );
+}

@@ -50,6 +50,13 @@ pub(crate) struct Normalized {
 /// replace or the text cannot take parameters (it already has some, or
 /// does not tokenize).
 pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
+    // A number token has a digit and a string a quote: without either
+    // there is nothing to replace, and no need to tokenize (`BEGIN`,
+    // `COMMIT`, every statement of a client's transaction block that
+    // has no inline values).
+    if !sql.bytes().any(|b| b.is_ascii_digit() || b == b'\'') {
+        return None;
+    }
     let dialect = PostgreSqlDialect {};
     let tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
@@ -198,6 +205,19 @@ mod tests {
 
     #[test]
     fn literals_become_parameters() {
+        // A string alone, a number alone (the texts without a digit or a
+        // quote are not tokenized at all).
+        assert_eq!(
+            norm("DELETE FROM kv WHERE s = 'x'"),
+            Some((
+                "DELETE FROM kv WHERE s = $1".into(),
+                vec![Value::String("x".into())]
+            ))
+        );
+        assert_eq!(
+            norm("DELETE FROM kv WHERE id=7"),
+            Some(("DELETE FROM kv WHERE id=$1".into(), vec![Value::Int64(7)]))
+        );
         assert_eq!(
             norm("SELECT v FROM kv WHERE id = 17 AND s = 'it''s'"),
             Some((
@@ -277,6 +297,8 @@ mod tests {
         // No literal, a parameter already there, a literal too large for
         // INT64 (it stays inline), no valid tokens.
         assert_eq!(norm("SELECT v FROM kv"), None);
+        assert_eq!(norm("BEGIN"), None);
+        assert_eq!(norm("SELECT v1 FROM t2"), None);
         assert_eq!(norm("SELECT v FROM kv WHERE id = $1 AND s = 'x'"), None);
         assert_eq!(norm("SELECT 99999999999999999999, 1.5, 1e3"), None);
         assert_eq!(norm("SELECT 'unterminated"), None);
