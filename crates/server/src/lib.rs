@@ -10,9 +10,12 @@
 //!     └─ handler::Handler ── one spindle_sql::Session per connection
 //!          ├─ simple Query: parse, then Session::execute_statement per
 //!          │    statement; RowDescription + DataRows (text) + CommandComplete
-//!          ├─ Parse: Session::describe → parameter types, result columns
+//!          ├─ Parse: Session::describe → parameter types, result columns;
+//!          │    the text's parsed statements kept with the statement
 //!          ├─ Bind: counts checked, parameters decoded (types.rs)
-//!          └─ Execute: Session::execute(sql, params) → DataRows in the
+//!          └─ Execute: Session::execute_parsed(parsed, params), or
+//!               Session::execute(sql, []) without parameters (it tries the
+//!               text's inline values as parameters) → DataRows in the
 //!               formats the client asked for
 //! ```
 //!
