@@ -67,6 +67,8 @@ mod kv;
 pub mod splits;
 mod wal;
 
+pub use wal::ReplacedObserver;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use spindle_keys::key::prefix_end;
@@ -136,6 +138,9 @@ pub struct Store {
     /// The write-ahead log that makes commits durable ([`wal`]); `None`
     /// for temporary stores.
     durable: Option<wal::Wal>,
+    /// A temporary store's [`ReplacedObserver`] (a durable store's is
+    /// the log's: its applier applies).
+    replaced: std::sync::OnceLock<ReplacedObserver>,
 }
 
 impl Store {
@@ -156,7 +161,9 @@ impl Store {
         let kv = std::sync::Arc::new(kv::Kv::open(path)?);
         // Replayed before anything is read: the last commit timestamp may
         // be in the log.
-        let wal = wal::Wal::recover(path, kv.clone(), |t, r| write_batch(t, &r.ops, &r.versions))?;
+        let wal = wal::Wal::recover(path, kv.clone(), |t, r, replaced| {
+            write_batch(t, &r.ops, &r.versions, replaced)
+        })?;
         let mut store = Self::from_kv(kv, false)?;
         store.durable = Some(wal);
         Ok(store)
@@ -193,6 +200,7 @@ impl Store {
             visible_lsn: AtomicU64::new(0),
             temporary,
             durable: None,
+            replaced: std::sync::OnceLock::new(),
         })
     }
 
@@ -247,9 +255,30 @@ impl Store {
     pub fn apply_unsynced(&self, batch: Batch) -> Result<()> {
         match &self.durable {
             Some(wal) => wal.submit(batch.inner, batch.versions).map(|_| ()),
-            None => self
-                .kv
-                .write(|t| write_batch(t, &batch.inner, &batch.versions)),
+            None => {
+                let mut replaced = wal::Replaced::new();
+                self.kv
+                    .write(|t| write_batch(t, &batch.inner, &batch.versions, &mut replaced))?;
+                if let (Some(observe), false) = (self.replaced.get(), replaced.is_empty()) {
+                    observe(&mut replaced.iter().filter_map(|&(i, bytes)| {
+                        batch.versions.get(i).map(|v| (v.0.as_slice(), bytes))
+                    }));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sets the observer told, after each batch (on disk: each group of
+    /// batches) is in the data file, which versions replaced a live row
+    /// and its live bytes ([`ReplacedObserver`]). Set once; later calls
+    /// are ignored.
+    pub fn set_replaced_observer(&self, observe: ReplacedObserver) {
+        match &self.durable {
+            Some(wal) => wal.set_replaced_observer(observe),
+            None => {
+                let _ = self.replaced.set(observe);
+            }
         }
     }
 
@@ -484,15 +513,19 @@ fn write_batch(
     table: &mut kv::WriteTable<'_>,
     ops: &[wal::Op],
     versions: &[wal::Version],
+    replaced: &mut wal::Replaced,
 ) -> Result<()> {
     kv::write_ops(table, ops)?;
-    for (key, ts, value) in versions {
+    for (i, (key, ts, value)) in versions.iter().enumerate() {
         let (ts, value) = (*ts, value.as_deref());
         let hk = head_key(key);
         let Some(old) = kv::insert_returning(table, &hk, &head_value(ts, value))? else {
             continue;
         };
         let (old_ts, old_payload) = decode_head(&old)?;
+        if let (Some(old_row), Some(_), true) = (old_payload, value, old_ts < ts) {
+            replaced.push((i, (key.len() + old_row.len()) as u64));
+        }
         if old_ts < ts {
             kv::insert(
                 table,
@@ -1289,6 +1322,37 @@ mod tests {
         drop(s);
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.get(&k("a"), 5).unwrap(), Some(b"a5".to_vec()));
+    }
+
+    /// The observer of replaced rows hears, once each batch is applied,
+    /// of every version that replaced a live row — its key and the
+    /// replaced row's live bytes — and of nothing else (a new key, a
+    /// tombstone, a put over a tombstone), on disk (the log's applier)
+    /// and in memory alike.
+    #[test]
+    fn the_replaced_observer_hears_of_each_replaced_live_row() {
+        type Heard = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, u64)>>>;
+        let check = |s: &Store| {
+            let heard: Heard = Default::default();
+            let h = heard.clone();
+            s.set_replaced_observer(std::sync::Arc::new(move |it| {
+                h.lock().unwrap().extend(it.map(|(k, b)| (k.to_vec(), b)));
+            }));
+            let put = |key: &str, v: &str| (k(key), Some(v.as_bytes().to_vec()));
+            s.commit(1, &[put("a", "1234"), put("b", "12")]).unwrap();
+            s.commit(2, &[put("a", "12345678"), (k("b"), None)])
+                .unwrap();
+            s.commit(3, &[put("b", "123"), put("a", "1")]).unwrap();
+            s.wait_applied().unwrap();
+            let want = vec![
+                (k("a"), (k("a").len() + 4) as u64),
+                (k("a"), (k("a").len() + 8) as u64),
+            ];
+            assert_eq!(*heard.lock().unwrap(), want);
+        };
+        check(&Store::open_temporary().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        check(&Store::open(dir.path()).unwrap());
     }
 
     #[test]

@@ -128,8 +128,21 @@ pub(crate) type Op = (Vec<u8>, Option<Vec<u8>>);
 /// One logical version: key, commit timestamp, row (`None`: a tombstone).
 pub(crate) type Version = (Vec<u8>, Timestamp, Option<Vec<u8>>);
 
-/// Writes a record's batch inside a write transaction.
-pub(crate) type ApplyFn = fn(&mut WriteTable<'_>, &Record) -> Result<()>;
+/// Writes a record's batch inside a write transaction, noting in the
+/// [`Replaced`] list each version that replaced a live row.
+pub(crate) type ApplyFn = fn(&mut WriteTable<'_>, &Record, &mut Replaced) -> Result<()>;
+
+/// Versions of a batch that replaced a live row: the version's index in
+/// the batch and the replaced row's live bytes (key and value).
+pub(crate) type Replaced = Vec<(usize, u64)>;
+
+/// Told, after each group of batches is in the data file (and before a
+/// wait for its apply returns), the logical key and replaced live bytes
+/// of every version that replaced a live row (the split statistics take
+/// them off: a commit counts every put as new bytes, because it does not
+/// know what it replaces). It runs on the applier thread and must not
+/// block.
+pub type ReplacedObserver = Arc<dyn Fn(&mut dyn Iterator<Item = (&[u8], u64)>) + Send + Sync>;
 
 /// A decoded record, or a submitted batch.
 #[derive(Debug, PartialEq)]
@@ -193,6 +206,9 @@ struct Shared {
     /// Writes a record's batch inside a write transaction (the store's
     /// head logic); recovery replays records with it too.
     apply: ApplyFn,
+    /// Told what each applied group replaced ([`ReplacedObserver`]; set
+    /// once, by the transaction layer).
+    replaced: std::sync::OnceLock<ReplacedObserver>,
     /// Signalled by flushes and waits while batches are queued (the
     /// applier waits on `queue`).
     work: Condvar,
@@ -398,11 +414,19 @@ impl Shared {
         let Ok(_running) = lock(&self.pause) else {
             return self.fail();
         };
+        let mut replaced = Replaced::new();
         match kv.write(|t| {
-            (self.apply)(t, &group)?;
+            (self.apply)(t, &group, &mut replaced)?;
             write_lsn(t, lsn)
         }) {
             Ok(()) => {
+                // Before the LSN moves: whoever waits for the apply finds
+                // the observer told (it never blocks: see its docs).
+                if let (Some(observe), false) = (self.replaced.get(), replaced.is_empty()) {
+                    observe(&mut replaced.iter().filter_map(|&(i, bytes)| {
+                        group.versions.get(i).map(|v| (v.0.as_slice(), bytes))
+                    }));
+                }
                 self.applied_lsn.store(lsn, Ordering::SeqCst);
                 if self.waiters.load(Ordering::SeqCst) > 0 {
                     if let Ok(_q) = self.queue.lock() {
@@ -539,7 +563,8 @@ impl Wal {
                 continue;
             }
             kv.write(|t| {
-                apply(t, &record)?;
+                // Split statistics are counted afresh after a restart.
+                apply(t, &record, &mut Replaced::new())?;
                 write_lsn(t, record.lsn)
             })?;
             last = record.lsn;
@@ -569,6 +594,7 @@ impl Wal {
             output: Mutex::new(output),
             queue: Mutex::new(VecDeque::new()),
             apply,
+            replaced: std::sync::OnceLock::new(),
             work: Condvar::new(),
             applier_asleep: AtomicBool::new(false),
             applied: Condvar::new(),
@@ -688,6 +714,12 @@ impl Wal {
         }
         s.wake_applier(lsn);
         s.wait_applied(lsn)
+    }
+
+    /// Sets the observer of what applied groups replace (once; later
+    /// calls are ignored).
+    pub(crate) fn set_replaced_observer(&self, observe: ReplacedObserver) {
+        let _ = self.shared.replaced.set(observe);
     }
 
     /// Stops the applier before its next group until the guard is dropped
@@ -906,7 +938,7 @@ mod tests {
     }
 
     /// Replays the physical operations only (these tests log no versions).
-    fn replay(t: &mut WriteTable<'_>, r: &Record) -> Result<()> {
+    fn replay(t: &mut WriteTable<'_>, r: &Record, _: &mut Replaced) -> Result<()> {
         assert!(r.versions.is_empty());
         kv::write_ops(t, &r.ops)
     }
@@ -1145,7 +1177,7 @@ mod tests {
     }
 
     /// Applies like `replay`, but fails a batch that writes key `b`.
-    fn failing_at_b(t: &mut WriteTable<'_>, r: &Record) -> Result<()> {
+    fn failing_at_b(t: &mut WriteTable<'_>, r: &Record, _: &mut Replaced) -> Result<()> {
         kv::write_ops(t, &r.ops)?;
         if r.ops.iter().any(|(k, _)| k == b"b") {
             return Err(Error::Corrupt("injected".into()));

@@ -358,6 +358,13 @@ impl TxnManager {
             store.clone(),
             catalog.clone(),
         ));
+        // Weak: the splits hold the store, which holds the observer.
+        let weak = Arc::downgrade(&splits);
+        store.set_replaced_observer(Arc::new(move |replaced| {
+            if let Some(splits) = weak.upgrade() {
+                splits.note_replaced(replaced);
+            }
+        }));
         let s = splits.clone();
         let maintainer = std::thread::Builder::new()
             .name("spindle-splits".into())

@@ -79,7 +79,14 @@ pub(crate) struct Splits {
     changed: Condvar,
     /// Scans of a split (or a merge's neighbour) so far.
     pub(crate) scans: AtomicU64,
+    /// Replaced rows the applier could not count while the map was
+    /// locked ([`Splits::note_replaced`]): counted by the next commit.
+    replaced: Mutex<Vec<(Vec<u8>, u64)>>,
 }
+
+/// Most replaced rows kept for the next commit to count (beyond, the
+/// next recount corrects the counts).
+const REPLACED_PENDING_MAX: usize = 65_536;
 
 #[derive(Default)]
 struct Queue {
@@ -88,6 +95,15 @@ struct Queue {
     /// A round is running.
     busy: bool,
     stop: bool,
+}
+
+/// Takes a replaced row (its key and live bytes) off its split's counts.
+fn take_replaced(map: &mut SplitMap, key: &[u8], bytes: u64) {
+    let idx = map.index_of(key);
+    if let Some(s) = map.splits_mut().get_mut(idx) {
+        s.bytes = s.bytes.saturating_sub(bytes);
+        s.rows = s.rows.saturating_sub(1);
+    }
 }
 
 /// A split due for a recount.
@@ -143,6 +159,7 @@ impl Splits {
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
             scans: AtomicU64::new(0),
+            replaced: Mutex::new(Vec::new()),
         }
     }
 
@@ -179,6 +196,11 @@ impl Splits {
                     if let Some(s) = map.splits().iter().find(|s| s.id == d.id) {
                         due.push((s.id, false));
                     }
+                }
+            }
+            if let Ok(mut pending) = self.replaced.lock() {
+                for (key, bytes) in pending.drain(..) {
+                    take_replaced(&mut map, &key, bytes);
                 }
             }
             for d in deltas {
@@ -221,11 +243,11 @@ impl Splits {
                 }
                 let s = &mut map.splits_mut()[idx];
                 // Past the threshold, and grown by a quarter since the last
-                // recount: the counter adds every put, so a split just below
-                // the threshold whose rows are updated (not grown) would
-                // otherwise be rescanned every few megabytes of updates (a
-                // 60 MB split under TPC-B: every ~2 s), and a split that is
-                // one uncuttable row tree at every commit.
+                // recount: a split that is one uncuttable row tree would
+                // otherwise be rescanned at every commit, and one whose
+                // updates the applier has not reported yet (`note_replaced`)
+                // every few megabytes of updates (a 60 MB split under
+                // TPC-B was scanned every ~2 s).
                 let big = s.bytes > threshold
                     && s.recounted.is_none_or(|(_, was)| s.bytes >= was + was / 4);
                 // Sizes only grow between recounts; deletes make them stale,
@@ -249,6 +271,33 @@ impl Splits {
                 *q.due.entry(id).or_default() |= load;
             }
             self.changed.notify_all();
+        }
+    }
+
+    /// Takes rows that later versions replaced off their splits' counts
+    /// (told by the store after they are applied, [`ReplacedObserver`]):
+    /// `note_commit` counted every put as a new row of its size, so a
+    /// split whose rows are updated, not grown, would otherwise look as
+    /// if it grew by every update (a recount scan each time the counter
+    /// passed the threshold by another quarter). Runs on the log's
+    /// applier thread, so it never waits for the map (a commit may hold
+    /// it while it waits for that thread): a group it cannot count at
+    /// once is kept for the next commit to count.
+    ///
+    /// [`ReplacedObserver`]: spindle_storage::ReplacedObserver
+    pub(crate) fn note_replaced(&self, replaced: &mut dyn Iterator<Item = (&[u8], u64)>) {
+        match self.map.try_lock() {
+            Ok(mut map) => {
+                for (key, bytes) in replaced {
+                    take_replaced(&mut map, key, bytes);
+                }
+            }
+            Err(_) => {
+                if let Ok(mut pending) = self.replaced.lock() {
+                    let room = REPLACED_PENDING_MAX.saturating_sub(pending.len());
+                    pending.extend(replaced.take(room).map(|(k, b)| (k.to_vec(), b)));
+                }
+            }
         }
     }
 
