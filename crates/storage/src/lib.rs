@@ -259,11 +259,7 @@ impl Store {
                 let mut replaced = wal::Replaced::new();
                 self.kv
                     .write(|t| write_batch(t, &batch.inner, &batch.versions, &mut replaced))?;
-                if let (Some(observe), false) = (self.replaced.get(), replaced.is_empty()) {
-                    observe(&mut replaced.iter().filter_map(|&(i, bytes)| {
-                        batch.versions.get(i).map(|v| (v.0.as_slice(), bytes))
-                    }));
-                }
+                wal::tell_replaced(&self.replaced, &replaced, &batch.versions);
                 Ok(())
             }
         }

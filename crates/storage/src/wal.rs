@@ -144,6 +144,22 @@ pub(crate) type Replaced = Vec<(usize, u64)>;
 /// block.
 pub type ReplacedObserver = Arc<dyn Fn(&mut dyn Iterator<Item = (&[u8], u64)>) + Send + Sync>;
 
+/// Tells `observer` (if set) the keys and bytes of `replaced`, the
+/// replaced rows of the batch whose versions are `versions`.
+pub(crate) fn tell_replaced(
+    observer: &std::sync::OnceLock<ReplacedObserver>,
+    replaced: &Replaced,
+    versions: &[Version],
+) {
+    if let (Some(observe), false) = (observer.get(), replaced.is_empty()) {
+        observe(
+            &mut replaced
+                .iter()
+                .filter_map(|&(i, bytes)| versions.get(i).map(|v| (v.0.as_slice(), bytes))),
+        );
+    }
+}
+
 /// A decoded record, or a submitted batch.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Record {
@@ -422,11 +438,7 @@ impl Shared {
             Ok(()) => {
                 // Before the LSN moves: whoever waits for the apply finds
                 // the observer told (it never blocks: see its docs).
-                if let (Some(observe), false) = (self.replaced.get(), replaced.is_empty()) {
-                    observe(&mut replaced.iter().filter_map(|&(i, bytes)| {
-                        group.versions.get(i).map(|v| (v.0.as_slice(), bytes))
-                    }));
-                }
+                tell_replaced(&self.replaced, &replaced, &group.versions);
                 self.applied_lsn.store(lsn, Ordering::SeqCst);
                 if self.waiters.load(Ordering::SeqCst) > 0 {
                     if let Ok(_q) = self.queue.lock() {
