@@ -546,4 +546,76 @@ mod tests {
             })
             .unwrap();
     }
+
+    /// A snapshot keeps the pages under its tree's root for later lookups
+    /// (vendor/redb/SPINDLE-PATCH.md, change 9): in a tree of height two
+    /// (the kept pages are leaves) and of height three (they are
+    /// branches), lookups from several threads sharing one snapshot find
+    /// every key and no absent one, and an older snapshot still finds what
+    /// it held after updates, removes and inserts changed those pages.
+    #[test]
+    fn lookups_through_kept_root_children_follow_each_snapshot() {
+        use std::collections::BTreeMap;
+
+        fn value(i: u32, generation: u8) -> Vec<u8> {
+            let mut v = vec![generation; 200];
+            v[..4].copy_from_slice(&i.to_be_bytes());
+            v
+        }
+        fn check(snap: &Arc<Snapshot>, model: &BTreeMap<Vec<u8>, Vec<u8>>, n: u32) {
+            std::thread::scope(|s| {
+                for t in 0..4u32 {
+                    s.spawn(move || {
+                        for i in (t..n).step_by(4) {
+                            for k in [key("k", i), key("m", i), key("k", i + n)] {
+                                assert_eq!(snap.get(&k).unwrap(), model.get(&k).cloned(), "{k:?}");
+                            }
+                        }
+                    });
+                }
+            });
+        }
+
+        for (n, height) in [(300u32, 2u32), (60_000, 3)] {
+            let kv = Kv::temporary().unwrap();
+            let mut model = BTreeMap::new();
+            kv.write(|t| {
+                for i in 0..n {
+                    insert(t, &key("k", i), &value(i, 0))?;
+                    model.insert(key("k", i), value(i, 0));
+                }
+                Ok(())
+            })
+            .unwrap();
+            let height_now = kv
+                .write(|t| Ok(t.stats().map_err(redb::Error::from)?.tree_height()))
+                .unwrap();
+            assert_eq!(height_now, height, "{n} keys");
+            let before = kv.snapshot().unwrap();
+            check(&before, &model, n);
+
+            let old = model.clone();
+            kv.write(|t| {
+                for i in 0..n {
+                    if i % 3 == 0 {
+                        insert(t, &key("k", i), &value(i, 1))?;
+                        model.insert(key("k", i), value(i, 1));
+                    } else if i % 7 == 0 {
+                        t.remove(key("k", i).as_slice())
+                            .map_err(redb::Error::from)?;
+                        model.remove(&key("k", i));
+                    }
+                    if i % 5 == 0 {
+                        insert(t, &key("m", i), &value(i, 2))?;
+                        model.insert(key("m", i), value(i, 2));
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+            let after = kv.snapshot().unwrap();
+            check(&after, &model, n);
+            check(&before, &old, n);
+        }
+    }
 }

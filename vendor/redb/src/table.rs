@@ -920,9 +920,12 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         guard: Arc<TransactionGuard>,
         mem: PageResolver,
     ) -> Result<ReadOnlyTable<K, V>> {
+        let mut tree = Btree::new(root_page, hint, guard.clone(), mem)?;
+        // Spindle: a read-only table is opened to serve many lookups (SPINDLE-PATCH.md).
+        tree.cache_root_children();
         Ok(ReadOnlyTable {
             name,
-            tree: Btree::new(root_page, hint, guard.clone(), mem)?,
+            tree,
             transaction_guard: guard,
         })
     }

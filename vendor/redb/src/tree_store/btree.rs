@@ -1023,6 +1023,10 @@ pub(crate) struct Btree<K: Key + 'static, V: Value + 'static> {
     transaction_guard: Arc<TransactionGuard>,
     // Cache of the root page to avoid repeated lookups
     cached_root: Option<PageImpl>,
+    // Spindle: the root's children, each fetched on its first lookup (see `cache_root_children`).
+    // Empty unless asked for.
+    #[cfg(not(redb_no_std))]
+    root_children: Box<[std::sync::OnceLock<PageImpl>]>,
     root: Option<BtreeHeader>,
     hint: PageHint,
     _key_type: PhantomData<K>,
@@ -1045,11 +1049,44 @@ impl<K: Key, V: Value> Btree<K, V> {
             mem,
             transaction_guard: guard,
             cached_root,
+            #[cfg(not(redb_no_std))]
+            root_children: Box::default(),
             root,
             hint,
             _key_type: PhantomData,
             _value_type: PhantomData,
         })
+    }
+
+    // Spindle: makes `get` keep each child of a branch root it descends into, so that later
+    // lookups borrow it instead of fetching it from the page cache. A fetch takes the cache's
+    // lock and bumps the page's reference count, and every reader's lookup fetches the same few
+    // pages below the root: on a multi-core machine those writes move the lock's and the
+    // count's cache lines between cores on every lookup. Pages do not change while the
+    // transaction this tree reads lives, so a kept page stays valid; it is held until the tree
+    // is dropped. For trees that serve many lookups (a read-only table kept open).
+    pub(crate) fn cache_root_children(&mut self) {
+        #[cfg(not(redb_no_std))]
+        if let Some(root) = &self.cached_root
+            && root.memory()[0] == BRANCH
+        {
+            let children = BranchAccessor::new(root, K::fixed_width()).count_children();
+            self.root_children = (0..children).map(|_| std::sync::OnceLock::new()).collect();
+        }
+    }
+
+    // The root's child `index` (page `page_number`), kept if `cache_root_children` was called.
+    #[cfg(not(redb_no_std))]
+    fn root_child(&self, index: usize, page_number: PageNumber) -> Result<Option<&PageImpl>> {
+        let Some(slot) = self.root_children.get(index) else {
+            return Ok(None);
+        };
+        if let Some(page) = slot.get() {
+            return Ok(Some(page));
+        }
+        // Two threads may both fetch it; the first to set it wins, and both use the kept one.
+        let _ = slot.set(self.mem.get_page(page_number, self.hint)?);
+        Ok(slot.get())
     }
 
     pub(crate) fn transaction_guard(&self) -> &Arc<TransactionGuard> {
@@ -1105,24 +1142,46 @@ impl<K: Key, V: Value> Btree<K, V> {
 
     // Returns the value for the queried key, if present
     fn get_helper(&self, page: &PageImpl, query: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
+        // The page being searched: a borrowed one (the root, or a kept child of it) until the
+        // descent fetches one, which is then owned (and moved into the returned guard).
+        let mut borrowed: Option<&PageImpl> = Some(page);
         let mut descended: Option<PageImpl> = None;
-        for _ in 0..MAX_BTREE_DEPTH {
-            let page = descended.as_ref().unwrap_or(page);
-            let child_page = match page.memory()[0] {
+        for depth in 0..MAX_BTREE_DEPTH {
+            let page = match (borrowed, &descended) {
+                (Some(p), _) => p,
+                (None, Some(p)) => p,
+                (None, None) => unreachable!(),
+            };
+            let (child_index, child_page) = match page.memory()[0] {
                 LEAF => {
                     let accessor =
                         LeafAccessor::new(page.memory(), K::fixed_width(), V::fixed_width());
-                    return Ok(accessor.find_key::<K>(query).map(|entry_index| {
-                        let (start, end) = accessor.value_range(entry_index).unwrap();
-                        AccessGuard::with_page(page.clone(), start..end)
-                    }));
+                    let Some(entry_index) = accessor.find_key::<K>(query) else {
+                        return Ok(None);
+                    };
+                    let (start, end) = accessor.value_range(entry_index).unwrap();
+                    let owned = match borrowed {
+                        Some(p) => p.clone(),
+                        None => descended.take().unwrap(),
+                    };
+                    return Ok(Some(AccessGuard::with_page(owned, start..end)));
                 }
                 BRANCH => {
                     let accessor = BranchAccessor::new(page, K::fixed_width());
-                    accessor.child_for_key::<K>(query).1
+                    accessor.child_for_key::<K>(query)
                 }
                 _ => unreachable!(),
             };
+            #[cfg(not(redb_no_std))]
+            if depth == 0
+                && let Some(kept) = self.root_child(child_index, child_page)?
+            {
+                borrowed = Some(kept);
+                continue;
+            }
+            #[cfg(redb_no_std)]
+            let _ = (depth, child_index);
+            borrowed = None;
             descended = Some(self.mem.get_page(child_page, self.hint)?);
         }
         Err(StorageError::Corrupted(

@@ -66,7 +66,12 @@ impl<T> LRUCache<T> {
 
     pub(crate) fn get(&self, key: u64) -> Option<&T> {
         if let Some((value, second_chance, _)) = self.cache.get(&key) {
-            second_chance.store(true, Ordering::Release);
+            // Set only when clear: readers on other cores hit the same hot entries (a tree's root
+            // and upper branches), and an unconditional store would take the entry's cache line
+            // away from them on every lookup.
+            if !second_chance.load(Ordering::Relaxed) {
+                second_chance.store(true, Ordering::Release);
+            }
             Some(value)
         } else {
             None
