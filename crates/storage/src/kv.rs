@@ -34,7 +34,13 @@
 //!   gets a snapshot with every commit it may see; a commit also drops the
 //!   cached snapshot, so it never pins pages for long. (Beginning a redb read
 //!   transaction and opening the table costs about 0.7 µs, as much as the
-//!   lookup itself.)
+//!   lookup itself.) The snapshot's table keeps each page under the
+//!   B-tree's root once a lookup has fetched it (vendored redb,
+//!   SPINDLE-PATCH.md, change 9): later lookups through the shared
+//!   snapshot borrow it instead of writing the page cache's lock and the
+//!   page's reference count, lines every connection's lookups share. The
+//!   pages stay valid while the snapshot lives (copy on write) and go
+//!   with it.
 //! * Every table, index and the metadata share this one B-tree, so a table
 //!   loaded in key order is an ascending run in the *middle* of it. The
 //!   vendored redb splits the leaf such a run overflows after the new key
