@@ -1016,6 +1016,30 @@ impl RawBtree {
     }
 }
 
+// Spindle (SPINDLE-PATCH.md, change 9): the page a lookup is searching, borrowed from the tree
+// (its root or a kept child of the root) or fetched by the descent.
+enum SearchedPage<'a> {
+    Borrowed(&'a PageImpl),
+    Owned(PageImpl),
+}
+
+impl SearchedPage<'_> {
+    fn page(&self) -> &PageImpl {
+        match self {
+            SearchedPage::Borrowed(page) => page,
+            SearchedPage::Owned(page) => page,
+        }
+    }
+
+    // The page for a guard: a fetched page moves, a borrowed one is cloned
+    fn into_owned(self) -> PageImpl {
+        match self {
+            SearchedPage::Borrowed(page) => page.clone(),
+            SearchedPage::Owned(page) => page,
+        }
+    }
+}
+
 pub(crate) struct Btree<K: Key + 'static, V: Value + 'static> {
     mem: PageResolver,
     transaction_guard: Arc<TransactionGuard>,
@@ -1140,16 +1164,11 @@ impl<K: Key, V: Value> Btree<K, V> {
 
     // Returns the value for the queried key, if present
     fn get_helper(&self, page: &PageImpl, query: &[u8]) -> Result<Option<AccessGuard<'static, V>>> {
-        // The page being searched: a borrowed one (the root, or a kept child of it) until the
-        // descent fetches one, which is then owned (and moved into the returned guard).
-        let mut borrowed: Option<&PageImpl> = Some(page);
-        let mut descended: Option<PageImpl> = None;
+        // The page being searched: borrowed (the root, or a kept child of it) until the descent
+        // fetches one, which is then owned (and moved into the returned guard).
+        let mut current = SearchedPage::Borrowed(page);
         for depth in 0..MAX_BTREE_DEPTH {
-            let page = match (borrowed, &descended) {
-                (Some(p), _) => p,
-                (None, Some(p)) => p,
-                (None, None) => unreachable!(),
-            };
+            let page = current.page();
             let (child_index, child_page) = match page.memory()[0] {
                 LEAF => {
                     let accessor =
@@ -1158,11 +1177,10 @@ impl<K: Key, V: Value> Btree<K, V> {
                         return Ok(None);
                     };
                     let (start, end) = accessor.value_range(entry_index).unwrap();
-                    let owned = match borrowed {
-                        Some(p) => p.clone(),
-                        None => descended.take().unwrap(),
-                    };
-                    return Ok(Some(AccessGuard::with_page(owned, start..end)));
+                    return Ok(Some(AccessGuard::with_page(
+                        current.into_owned(),
+                        start..end,
+                    )));
                 }
                 BRANCH => {
                     let accessor = BranchAccessor::new(page, K::fixed_width());
@@ -1174,13 +1192,12 @@ impl<K: Key, V: Value> Btree<K, V> {
             if depth == 0
                 && let Some(kept) = self.root_child(child_index, child_page)?
             {
-                borrowed = Some(kept);
+                current = SearchedPage::Borrowed(kept);
                 continue;
             }
             #[cfg(redb_no_std)]
             let _ = (depth, child_index);
-            borrowed = None;
-            descended = Some(self.mem.get_page(child_page, self.hint)?);
+            current = SearchedPage::Owned(self.mem.get_page(child_page, self.hint)?);
         }
         Err(StorageError::Corrupted(
             "Btree exceeded maximum depth".to_string(),
