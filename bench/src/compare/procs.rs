@@ -262,16 +262,36 @@ impl Spindle {
         let port = free_port()?;
         let log = dir.path().join("server.log");
         let logfile = std::fs::File::create(&log).ctx("server log")?;
-        let child = Command::new(bin)
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(logfile)
-            .spawn()
-            .ctx(format!("starting {}", bin.display()))?;
+        let serve = |program: &Path, prefix: &[&Path]| -> std::io::Result<Child> {
+            Command::new(program)
+                .args(prefix)
+                .arg("serve")
+                .arg("--data-dir")
+                .arg(dir.path().join("data"))
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(logfile.try_clone()?)
+                .spawn()
+        };
+        // In a session of its own, as pg_ctl starts PostgreSQL (it calls
+        // setsid): with the kernel's autogroup scheduling, a server in the
+        // harness's session would share a scheduling group with pgbench's
+        // threads, and be scheduled differently from PostgreSQL (see
+        // bench/README.md, "Both servers are daemons"). `setsid` execs the
+        // server in place (the child is not a process group leader), so the
+        // child's pid is the server's.
+        let child = match serve(Path::new("setsid"), &[bin]) {
+            Ok(child) => Ok(child),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                progress(
+                    "setsid not found: Spindle runs in the harness's session (PostgreSQL in its own)",
+                );
+                serve(bin, &[])
+            }
+            Err(e) => Err(e),
+        }
+        .ctx(format!("starting {}", bin.display()))?;
         let pid = child.id().to_string();
         let path = dir.path().to_path_buf();
         let emergency = register(Box::new(move || {
