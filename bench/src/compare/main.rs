@@ -136,6 +136,14 @@ fn run(args: &Args) -> Result<()> {
         let pg = procs::Postgres::start(&args.pg_bin, &args.pg_os_user)?;
         postgres_version = pg.version.clone();
         let sp = procs::Spindle::start(&spindle_bin)?;
+        server_bin = format!(
+            "{server_bin} ({}; PostgreSQL in its own, from pg_ctl)",
+            if sp.own_session {
+                "in a session of its own, through setsid"
+            } else {
+                "in the harness's session: no setsid"
+            }
+        );
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

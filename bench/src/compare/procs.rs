@@ -248,6 +248,8 @@ impl Drop for Postgres {
 pub struct Spindle {
     child: Child,
     pub port: u16,
+    /// Whether it runs in a session of its own (started through `setsid`).
+    pub own_session: bool,
     log: PathBuf,
     emergency: u64,
     _dir: tempfile::TempDir,
@@ -281,13 +283,13 @@ impl Spindle {
         // bench/README.md, "Both servers are daemons"). `setsid` execs the
         // server in place (the child is not a process group leader), so the
         // child's pid is the server's.
-        let child = match serve(Path::new("setsid"), &[bin]) {
-            Ok(child) => Ok(child),
+        let (child, own_session) = match serve(Path::new("setsid"), &[bin]) {
+            Ok(child) => Ok((child, true)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 progress(
                     "setsid not found: Spindle runs in the harness's session (PostgreSQL in its own)",
                 );
-                serve(bin, &[])
+                serve(bin, &[]).map(|child| (child, false))
             }
             Err(e) => Err(e),
         }
@@ -308,6 +310,7 @@ impl Spindle {
         let mut s = Spindle {
             child,
             port,
+            own_session,
             log,
             emergency,
             _dir: dir,
