@@ -344,7 +344,7 @@ impl Store {
     pub fn publish(&self, ts: Timestamp) {
         if let Some(wal) = &self.durable {
             self.visible_lsn
-                .fetch_max(wal.appended_lsn(), Ordering::AcqRel);
+                .fetch_max(wal.durable_lsn(), Ordering::AcqRel);
         }
         self.visible_ts.fetch_max(ts, Ordering::AcqRel);
     }
@@ -1318,6 +1318,48 @@ mod tests {
         drop(s);
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.get(&k("a"), 5).unwrap(), Some(b"a5".to_vec()));
+    }
+
+    /// A snapshot waits only for the batches of published commits: a
+    /// commit whose record is appended but not yet durable (its committer
+    /// still flushing, its batch not applied) is not published, and a
+    /// reader of what is published does not wait for its apply. (Readers
+    /// used to wait for every record appended before the publication.)
+    #[test]
+    fn a_snapshot_does_not_wait_for_a_commit_still_flushing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let mut a = Batch::default();
+        a.versions(5, &[(k("a"), Some(b"a5".to_vec()))]);
+        s.apply_unsynced(a).unwrap();
+        s.flush_durable().unwrap();
+        s.wait_applied().unwrap();
+        let pause = s.pause_applier().unwrap().unwrap();
+        // Commit 7 is appended, neither durable nor applied (the applier
+        // is held); commit 5 is published.
+        let mut b = Batch::default();
+        b.versions(7, &[(k("b"), Some(b"b7".to_vec()))]);
+        s.apply_unsynced(b).unwrap();
+        s.publish(5);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                s.wait_readable().unwrap();
+                (s.get(&k("a"), 5).unwrap(), s.get(&k("b"), 5).unwrap())
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !reader.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let finished = reader.is_finished();
+            drop(pause);
+            assert!(finished, "the snapshot waited for an unpublished commit");
+            assert_eq!(reader.join().unwrap(), (Some(b"a5".to_vec()), None));
+        });
+        // Once durable and published, commit 7 is waited for and read.
+        s.flush_durable().unwrap();
+        s.publish(7);
+        s.wait_readable().unwrap();
+        assert_eq!(s.get(&k("b"), 7).unwrap(), Some(b"b7".to_vec()));
     }
 
     /// The observer of replaced rows hears, once each batch is applied,

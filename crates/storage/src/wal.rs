@@ -709,8 +709,15 @@ impl Wal {
         s.wait_applied(target)
     }
 
+    /// Every record up to this LSN is on the disk (so is every batch of a
+    /// commit whose flush has returned).
+    pub(crate) fn durable_lsn(&self) -> u64 {
+        self.shared.durable_lsn.load(Ordering::Acquire)
+    }
+
     /// The LSN of the last record submitted: every batch submitted so far
     /// is in the data file once [`Wal::wait_applied_to`] of it returns.
+    #[cfg(test)]
     pub(crate) fn appended_lsn(&self) -> u64 {
         self.shared.appended_lsn.load(Ordering::Acquire)
     }
