@@ -132,7 +132,8 @@ pub struct Store {
     /// [`Store::wait_readable`] returns.
     visible_ts: AtomicU64,
     /// Every batch of a commit at or below `visible_ts` has a log record
-    /// at or below this LSN (stored before `visible_ts` moves).
+    /// at or below this LSN (the durable LSN when the commits were
+    /// published, stored before `visible_ts` moves).
     visible_lsn: AtomicU64,
     temporary: bool,
     /// The write-ahead log that makes commits durable ([`wal`]); `None`
