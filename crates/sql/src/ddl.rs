@@ -69,37 +69,139 @@ pub(crate) async fn create_table(
     done("CREATE TABLE")
 }
 
-pub(crate) fn drop_table(ctx: &StatementContext, name: &str, if_exists: bool) -> Result<Output> {
+/// DROP TABLE of one or more tables, in one statement: the catalog change
+/// and the deletion of their rows and index entries commit together. A
+/// table interleaved in another listed table is dropped first, so a parent
+/// and its children go in one statement whatever order they are listed in.
+pub(crate) fn drop_tables(
+    ctx: &StatementContext,
+    names: &[String],
+    if_exists: bool,
+) -> Result<Output> {
     let mut catalog: Catalog = (*ctx.catalog()?).clone();
-    let Some(table) = catalog.table(name).cloned() else {
-        if if_exists {
-            return done("DROP TABLE");
+    let mut tables: Vec<(usize, String)> = Vec::new();
+    for name in names {
+        let Some(table) = catalog.table(name) else {
+            if if_exists {
+                continue;
+            }
+            return Err(spindle_catalog::Error::NoSuchTable(name.clone()).into());
+        };
+        if tables.iter().all(|(_, n)| *n != table.name) {
+            tables.push((catalog.ancestry(&table.name)?.len(), table.name.clone()));
         }
-        return Err(spindle_catalog::Error::NoSuchTable(name.into()).into());
-    };
-    catalog.drop_table(name)?;
-    let before = ctx.catalog()?;
-    crate::blocking(|| -> Result<()> {
-        for plan in crate::index::IndexPlan::for_table(&before, &table.name)? {
-            delete_index_entries(ctx, &plan)?;
-        }
-        delete_table_rows(ctx, &before, &table)
-    })?;
+    }
+    // Deepest first: children before the parents they are interleaved in.
+    tables.sort_by_key(|t| std::cmp::Reverse(t.0));
+    for (_, name) in &tables {
+        let before = catalog.clone();
+        let table = catalog.drop_table(name)?;
+        crate::blocking(|| -> Result<()> {
+            for plan in crate::index::IndexPlan::for_table(&before, &table.name)? {
+                delete_index_entries(ctx, &plan)?;
+            }
+            delete_table_rows(ctx, &before, &table)
+        })?;
+    }
     ctx.lock()?.set_catalog(catalog);
     done("DROP TABLE")
 }
 
-/// Deletes every row of `table` (whose children, if any, are already gone).
+/// TRUNCATE: deletes every row and index entry of the listed tables in the
+/// statement's transaction (so it rolls back with it), the schema
+/// unchanged. A table interleaved in a listed one with `INTERLEAVE IN
+/// PARENT` — whose rows need their parent rows — must be listed too, or
+/// come with `CASCADE`, as PostgreSQL asks of tables whose foreign keys
+/// reference a truncated one; a table only co-located with `INTERLEAVE IN`
+/// keeps its rows.
+pub(crate) fn truncate(ctx: &StatementContext, names: &[String], cascade: bool) -> Result<Output> {
+    let catalog = ctx.catalog()?;
+    let mut doomed: Vec<String> = Vec::new();
+    for name in names {
+        let table = catalog.get_table(name)?;
+        if !doomed.contains(&table.name) {
+            doomed.push(table.name.clone());
+        }
+    }
+    let mut i = 0;
+    while i < doomed.len() {
+        for child in catalog.children(&doomed[i]) {
+            let dependent = child
+                .interleave
+                .as_ref()
+                .is_some_and(|il| il.kind == spindle_catalog::InterleaveKind::InParent);
+            if !dependent || doomed.contains(&child.name) {
+                continue;
+            }
+            if !cascade {
+                return Err(spindle_catalog::Error::Dependent(format!(
+                    "cannot truncate table \"{}\": table \"{}\" is interleaved in it \
+                     (INTERLEAVE IN PARENT); truncate both in one statement, or use TRUNCATE … CASCADE",
+                    doomed[i], child.name
+                ))
+                .into());
+            }
+            doomed.push(child.name.clone());
+        }
+        i += 1;
+    }
+    crate::blocking(|| -> Result<()> {
+        for name in &doomed {
+            let table = catalog.get_table(name)?;
+            for plan in crate::index::IndexPlan::for_table(&catalog, &table.name)? {
+                delete_index_entries(ctx, &plan)?;
+            }
+            if owns_key_space(&catalog, &table.name, &doomed) {
+                delete_table_rows(ctx, &catalog, table)?;
+            } else {
+                delete_rows_of(ctx, &catalog, table)?;
+            }
+        }
+        Ok(())
+    })?;
+    done("TRUNCATE TABLE")
+}
+
+/// Whether everything stored in `table`'s key space is being deleted with
+/// it: every table interleaved in it, at any depth, is in `doomed` (an
+/// index interleaved in it indexes one of those tables or `table` itself,
+/// and goes with its table). Only then may a root table's rows go by one
+/// range deletion.
+fn owns_key_space(catalog: &Catalog, table: &str, doomed: &[String]) -> bool {
+    let mut stack = vec![table.to_string()];
+    while let Some(t) = stack.pop() {
+        for child in catalog.children(&t) {
+            if !doomed.contains(&child.name) {
+                return false;
+            }
+            stack.push(child.name.clone());
+        }
+    }
+    true
+}
+
+/// Deletes every row of `table` (whose children, if any, are already gone
+/// or going: a root table's key space is deleted whole).
 fn delete_table_rows(ctx: &StatementContext, catalog: &Catalog, table: &Table) -> Result<()> {
+    let chain = catalog.ancestry(&table.name)?;
+    if chain.len() == 1 {
+        let mut prefix = Vec::new();
+        spindle_keys::key::encode_table_prefix(&mut prefix, chain[0].id);
+        let end = spindle_keys::key::prefix_end(&prefix);
+        ctx.lock()?.delete_range(&prefix, end.as_deref())?;
+        return Ok(());
+    }
+    delete_rows_of(ctx, catalog, table)
+}
+
+/// Deletes the rows of `table` alone, leaving whatever else its root's key
+/// space holds (other tables' rows, index entries).
+fn delete_rows_of(ctx: &StatementContext, catalog: &Catalog, table: &Table) -> Result<()> {
     let chain = catalog.ancestry(&table.name)?;
     let mut prefix = Vec::new();
     spindle_keys::key::encode_table_prefix(&mut prefix, chain[0].id);
     let end = spindle_keys::key::prefix_end(&prefix);
     let mut txn = ctx.lock()?;
-    if chain.len() == 1 {
-        txn.delete_range(&prefix, end.as_deref())?;
-        return Ok(());
-    }
     let mut doomed = Vec::new();
     for item in txn.scan(&prefix, end.as_deref()) {
         let (key, _) = item?;

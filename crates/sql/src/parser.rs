@@ -50,9 +50,16 @@ pub enum Statement {
         def: TableDef,
         if_not_exists: bool,
     },
+    /// `DROP TABLE [IF EXISTS] a, b, …`: one statement, all or none.
     DropTable {
-        name: String,
+        names: Vec<String>,
         if_exists: bool,
+    },
+    /// `TRUNCATE [TABLE] [ONLY] a, b, … [CASCADE]`: deletes every row (and
+    /// index entry) of the tables in the statement's transaction.
+    Truncate {
+        names: Vec<String>,
+        cascade: bool,
     },
     CreateIndex {
         def: IndexDef,
@@ -106,6 +113,7 @@ impl Statement {
         match self {
             Statement::CreateTable { .. } => "CREATE TABLE",
             Statement::DropTable { .. } => "DROP TABLE",
+            Statement::Truncate { .. } => "TRUNCATE TABLE",
             Statement::CreateIndex { .. } => "CREATE INDEX",
             Statement::DropIndex { .. } => "DROP INDEX",
             Statement::AddColumn { .. }
@@ -262,6 +270,21 @@ fn is_word(parser: &Parser, n: usize, word: &str) -> bool {
     }
 }
 
+/// One or more table names separated by commas (a trailing `*`, PostgreSQL's
+/// "and its descendants" of inheritance, is accepted: Spindle has no table
+/// inheritance).
+fn table_names(p: &mut Parser) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    loop {
+        names.push(object_name(&p.parse_object_name(false).map_err(syntax)?)?);
+        // A trailing `*` changes nothing here.
+        let _ = p.consume_token(&Token::Mul);
+        if !p.consume_token(&Token::Comma) {
+            return Ok(names);
+        }
+    }
+}
+
 fn parse_statement(p: &mut Parser) -> Result<Statement> {
     if is_word(p, 0, "CREATE") && is_word(p, 1, "TABLE") {
         p.next_token();
@@ -272,8 +295,39 @@ fn parse_statement(p: &mut Parser) -> Result<Statement> {
         p.next_token();
         p.next_token();
         let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
-        let name = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
-        return Ok(Statement::DropTable { name, if_exists });
+        let names = table_names(p)?;
+        if is_word(p, 0, "CASCADE") {
+            return Err(Error::Unsupported(
+                "DROP TABLE … CASCADE is not supported: drop the interleaved tables first, or \
+                 list them in the same DROP TABLE"
+                    .into(),
+            ));
+        }
+        if is_word(p, 0, "RESTRICT") {
+            p.next_token();
+        }
+        return Ok(Statement::DropTable { names, if_exists });
+    }
+    if is_word(p, 0, "TRUNCATE") {
+        p.next_token();
+        if is_word(p, 0, "TABLE") {
+            p.next_token();
+        }
+        if is_word(p, 0, "ONLY") {
+            p.next_token();
+        }
+        let names = table_names(p)?;
+        // Spindle has no sequences, so there is no identity to restart or
+        // continue: both spellings are accepted as they change nothing.
+        if (is_word(p, 0, "RESTART") || is_word(p, 0, "CONTINUE")) && is_word(p, 1, "IDENTITY") {
+            p.next_token();
+            p.next_token();
+        }
+        let cascade = is_word(p, 0, "CASCADE");
+        if cascade || is_word(p, 0, "RESTRICT") {
+            p.next_token();
+        }
+        return Ok(Statement::Truncate { names, cascade });
     }
     if is_word(p, 0, "CREATE") {
         let mut n = 1;

@@ -492,7 +492,8 @@ impl StatementContext {
             Statement::CreateTable { def, if_not_exists } => {
                 ddl::create_table(self, def, if_not_exists).await
             }
-            Statement::DropTable { name, if_exists } => ddl::drop_table(self, &name, if_exists),
+            Statement::DropTable { names, if_exists } => ddl::drop_tables(self, &names, if_exists),
+            Statement::Truncate { names, cascade } => ddl::truncate(self, &names, cascade),
             Statement::CreateIndex { def, if_not_exists } => {
                 ddl::create_index(self, def, if_not_exists)
             }
