@@ -145,16 +145,31 @@ pub(crate) fn truncate(ctx: &StatementContext, names: &[String], cascade: bool) 
         }
         i += 1;
     }
+    // A root whose whole tree goes is deleted by one range deletion, which
+    // takes the rows and interleaved index entries of every table in it:
+    // those tables have only their global indexes' entries left to delete.
+    let mut whole: Vec<&str> = Vec::new();
+    for name in &doomed {
+        if catalog.get_table(name)?.parent_name().is_none()
+            && owns_key_space(&catalog, name, &doomed)
+        {
+            whole.push(name);
+        }
+    }
     crate::blocking(|| -> Result<()> {
         for name in &doomed {
             let table = catalog.get_table(name)?;
-            for plan in crate::index::IndexPlan::for_table(&catalog, &table.name)? {
-                delete_index_entries(ctx, &plan)?;
+            let chain = catalog.ancestry(name)?;
+            let in_whole = whole.contains(&chain[0].name.as_str());
+            for plan in crate::index::IndexPlan::for_table(&catalog, name)? {
+                if !(in_whole && plan.chain.len() > 1) {
+                    delete_index_entries(ctx, &plan)?;
+                }
             }
-            if owns_key_space(&catalog, &table.name, &doomed) {
-                delete_table_rows(ctx, &catalog, table)?;
-            } else {
+            if !in_whole {
                 delete_rows_of(ctx, &catalog, table)?;
+            } else if chain.len() == 1 {
+                delete_table_rows(ctx, &catalog, table)?;
             }
         }
         Ok(())
@@ -165,8 +180,8 @@ pub(crate) fn truncate(ctx: &StatementContext, names: &[String], cascade: bool) 
 /// Whether everything stored in `table`'s key space is being deleted with
 /// it: every table interleaved in it, at any depth, is in `doomed` (an
 /// index interleaved in it indexes one of those tables or `table` itself,
-/// and goes with its table). Only then may a root table's rows go by one
-/// range deletion.
+/// and goes with its table). Only then may a root table go by one range
+/// deletion.
 fn owns_key_space(catalog: &Catalog, table: &str, doomed: &[String]) -> bool {
     let mut stack = vec![table.to_string()];
     while let Some(t) = stack.pop() {
