@@ -151,8 +151,9 @@ pub(crate) fn parse(sql: &str) -> Result<CopySpec, Error> {
                 .to_string(),
         )
     };
+    let sql = spell_boolean_options(sql);
     let mut stmts = Parser::new(&dialect)
-        .try_with_sql(sql)
+        .try_with_sql(&sql)
         .and_then(|mut p| p.parse_statements())
         .map_err(syntax)?;
     if stmts.len() != 1 {
@@ -203,6 +204,77 @@ pub(crate) fn parse(sql: &str) -> Result<CopySpec, Error> {
     };
     let format = parse_format(&options, &legacy_options)?;
     Ok(CopySpec { to, source, format })
+}
+
+/// PostgreSQL's boolean COPY options (`FREEZE`, `HEADER`) take any
+/// boolean spelling — `pgbench -i` sends `WITH (freeze on)` — while
+/// sqlparser knows only TRUE and FALSE after them: the other spellings
+/// (`ON`, `OFF`, `1`, `0`) are rewritten to those before parsing. Only the
+/// value right after the option word changes; the rest of the text is
+/// left as it was (quoted strings included).
+fn spell_boolean_options(sql: &str) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::tokenizer::Tokenizer;
+    let dialect = PostgreSqlDialect {};
+    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize_with_location() else {
+        // The parser reports the error.
+        return sql.into();
+    };
+    let mut edits: Vec<(usize, usize, &str)> = Vec::new();
+    let mut words = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .peekable();
+    while let Some(t) = words.next() {
+        let Token::Word(w) = &t.token else { continue };
+        if w.quote_style.is_some() || !matches!(w.keyword, Keyword::FREEZE | Keyword::HEADER) {
+            continue;
+        }
+        let Some(next) = words.peek() else { break };
+        let (text, value) = match &next.token {
+            Token::Word(v) if v.quote_style.is_none() => {
+                (v.value.as_str(), v.value.to_ascii_lowercase())
+            }
+            Token::Number(n, _) => (n.as_str(), n.clone()),
+            _ => continue,
+        };
+        let spelled = match value.as_str() {
+            "on" | "1" => "TRUE",
+            "off" | "0" => "FALSE",
+            _ => continue,
+        };
+        if let Some(start) = byte_offset(sql, next.span.start.line, next.span.start.column) {
+            edits.push((start, start + text.len(), spelled));
+        }
+    }
+    if edits.is_empty() {
+        return sql.into();
+    }
+    let mut out = String::with_capacity(sql.len());
+    let mut at = 0;
+    for (start, end, text) in edits {
+        if sql.get(at..start).is_none() || sql.get(start..end).is_none() {
+            return sql.into();
+        }
+        out.push_str(&sql[at..start]);
+        out.push_str(text);
+        at = end;
+    }
+    out.push_str(&sql[at..]);
+    out.into()
+}
+
+/// The byte offset of a tokenizer location (1-based line and character
+/// column).
+fn byte_offset(sql: &str, line: u64, column: u64) -> Option<usize> {
+    let mut offset = 0;
+    for (n, text) in sql.split_inclusive('\n').enumerate() {
+        if n as u64 + 1 == line {
+            let skip = usize::try_from(column.checked_sub(1)?).ok()?;
+            return text.char_indices().nth(skip).map(|(i, _)| offset + i);
+        }
+        offset += text.len();
+    }
+    None
 }
 
 fn parse_format(
@@ -1442,7 +1514,27 @@ mod tests {
         let s = spec("COPY t FROM STDIN DELIMITER AS '|' NULL AS ''");
         assert_eq!((s.format.delimiter, s.format.null.as_str()), ('|', ""));
 
+        // Any boolean spelling after FREEZE and HEADER (pgbench -i sends
+        // `with (freeze on)`); only that word is rewritten.
+        let s = spec("copy t from stdin with (freeze on)");
+        assert!(!s.format.header);
+        let s = spec("COPY t FROM STDIN (FORMAT csv, HEADER on, NULL 'on')");
+        assert!(s.format.header);
+        assert_eq!(s.format.null, "on");
+        let s = spec("COPY t FROM STDIN (FORMAT csv, NULL 'é',\n  freeze 0, header 1)");
+        assert!(s.format.header);
+        assert_eq!(s.format.null, "é");
+        let s = spec("COPY \"é\" FROM STDIN (FORMAT csv, HEADER OFF)");
+        assert!(!s.format.header);
+        let s = spec("COPY \"é\" FROM STDIN (FORMAT csv, HEADER ON)");
+        assert!(s.format.header);
+        assert_eq!(
+            spell_boolean_options("COPY t FROM STDIN (HEADER)"),
+            "COPY t FROM STDIN (HEADER)"
+        );
+
         let err = |sql: &str| parse(sql).unwrap_err().sqlstate();
+        assert_eq!(err("COPY t FROM STDIN (HEADER maybe)"), "42601");
         assert_eq!(err("COPY t FROM '/etc/passwd'"), "0A000");
         assert_eq!(err("COPY t TO PROGRAM 'ls'"), "0A000");
         assert_eq!(err("COPY t FROM STDIN (FORMAT binary)"), "0A000");
