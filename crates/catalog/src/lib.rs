@@ -797,6 +797,73 @@ impl Catalog {
         Ok(&t.columns[t.columns.len() - 1])
     }
 
+    /// `ALTER TABLE t ADD PRIMARY KEY (cols)` on a table created without
+    /// one: the key columns replace the hidden key column (whose id is not
+    /// reused) and become NOT NULL, as in PostgreSQL. Returns the table as
+    /// it is now; the caller re-keys its rows and rebuilds its indexes'
+    /// entries (every index entry ends with the primary key). A table with
+    /// a declared key keeps it (PostgreSQL: a table has one primary key).
+    /// A key-less table has no interleaved children and no interleaved
+    /// indexes (both need its key), so only its own key space changes.
+    pub fn add_primary_key(&mut self, table: &str, keys: Vec<KeyColumn>) -> Result<&Table> {
+        let t = self.get_table(table)?;
+        if !t.has_hidden_key() {
+            return Err(Error::InvalidDefinition(format!(
+                "multiple primary keys for table \"{}\" are not allowed",
+                t.name
+            )));
+        }
+        if keys.is_empty() {
+            return Err(Error::InvalidDefinition(
+                "PRIMARY KEY needs at least one column".into(),
+            ));
+        }
+        if keys.len() > MAX_KEY_COLUMNS {
+            return Err(Error::LimitExceeded(format!(
+                "table \"{}\" would have {} key columns; at most {MAX_KEY_COLUMNS} are allowed",
+                t.name,
+                keys.len()
+            )));
+        }
+        if let Some(child) = self.children(&t.name).first() {
+            return Err(Error::InvalidDefinition(format!(
+                "cannot change the primary key of \"{}\": table \"{}\" is interleaved in it",
+                t.name, child.name
+            )));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let col = t
+                .column(&k.name)
+                .filter(|c| !c.hidden)
+                .ok_or_else(|| Error::NoSuchColumn(k.name.clone(), t.name.clone()))?;
+            if !col.data_type.is_key_type() {
+                return Err(Error::InvalidDefinition(format!(
+                    "column \"{}\" of type {} cannot be part of a primary key",
+                    col.name, col.data_type
+                )));
+            }
+            if primary_key_dup(&keys, i) {
+                return Err(Error::InvalidDefinition(format!(
+                    "key column \"{}\" appears twice",
+                    k.name
+                )));
+            }
+        }
+        let name = t.name.clone();
+        let t = self
+            .tables
+            .get_mut(&fold(&name))
+            .ok_or_else(|| Error::NoSuchTable(name.clone()))?;
+        t.columns.retain(|c| !c.hidden);
+        for c in &mut t.columns {
+            if keys.iter().any(|k| k.name == c.name) {
+                c.nullable = false;
+            }
+        }
+        t.primary_key = keys;
+        Ok(t)
+    }
+
     /// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp =
     /// true | null)`. Existing values are kept (they are all in the past or
     /// were checked when written).

@@ -17,6 +17,7 @@ mod fastpath;
 mod indexes;
 mod join_keys;
 mod output_names;
+mod pg_scripts;
 mod prepared;
 mod query_cache;
 mod row_filter;

@@ -280,6 +280,13 @@ pub(crate) fn drop_index(
 
 fn delete_index_entries(ctx: &StatementContext, plan: &crate::index::IndexPlan) -> Result<()> {
     let mut txn = ctx.lock()?;
+    delete_index_entries_in(&mut txn, plan)
+}
+
+fn delete_index_entries_in(
+    txn: &mut spindle_txn::Transaction,
+    plan: &crate::index::IndexPlan,
+) -> Result<()> {
     if plan.chain.len() == 1 {
         let mut prefix = Vec::new();
         spindle_keys::key::encode_table_prefix(&mut prefix, plan.index.id);
@@ -287,7 +294,7 @@ fn delete_index_entries(ctx: &StatementContext, plan: &crate::index::IndexPlan) 
         txn.delete_range(&prefix, end.as_deref())?;
         return Ok(());
     }
-    for k in plan.all_entries(&txn)? {
+    for k in plan.all_entries(txn)? {
         txn.delete(k);
     }
     Ok(())
@@ -365,6 +372,113 @@ pub(crate) fn drop_column(
     catalog.drop_column(table, column)?;
     ctx.lock()?.set_catalog(catalog);
     done("ALTER TABLE")
+}
+
+/// `ALTER TABLE t ADD PRIMARY KEY (cols)` on a table created without one
+/// (pgbench -i creates its tables so, loads them, then adds the keys).
+/// Every row moves from its hidden `_rowid` key to its key columns' values
+/// and every index entry (which ends with the primary key) is rebuilt, all
+/// in the statement's transaction: a NULL or a duplicate in the key
+/// columns fails the statement (23502, 23505) with nothing written. Like
+/// CREATE INDEX's backfill, the table is read whole at the transaction's
+/// snapshot, so a concurrent write to it makes one of the two retry.
+pub(crate) fn add_primary_key(
+    ctx: &StatementContext,
+    table: &str,
+    columns: Vec<spindle_catalog::KeyColumn>,
+) -> Result<Output> {
+    let before: Catalog = (*ctx.catalog()?).clone();
+    let mut catalog = before.clone();
+    let old = before.get_table(table)?.clone();
+    let new = catalog.add_primary_key(table, columns)?.clone();
+    let codec = spindle_catalog::RowCodec::new(&catalog, &new)?;
+    // The new table's columns are the old ones without the hidden key.
+    let keep: Vec<usize> = old
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.hidden)
+        .map(|(i, _)| i)
+        .collect();
+    let chain = before.ancestry(&old.name)?;
+    let mut prefix = Vec::new();
+    spindle_keys::key::encode_table_prefix(&mut prefix, old.id);
+    let end = spindle_keys::key::prefix_end(&prefix);
+    let plans = crate::index::IndexPlan::for_table(&before, &old.name)?;
+    let mut txn = ctx.lock()?;
+    crate::blocking(|| -> Result<()> {
+        let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut old_keys = Vec::new();
+        for item in txn.scan(&prefix, end.as_deref()) {
+            let (key, value) = item?;
+            let Some(key_vals) = Catalog::decode_key(&chain, &key)? else {
+                continue;
+            };
+            let full = crate::dml::stored_row(&old, &key_vals, &value)?;
+            let full: Vec<Value> = keep.iter().map(|i| full[*i].clone()).collect();
+            for &i in codec.key_idx() {
+                if full[i].is_null() {
+                    return Err(Error::NotNullViolation(format!(
+                        "column \"{}\" of relation \"{}\" contains null values",
+                        new.columns[i].name, new.name
+                    )));
+                }
+            }
+            rows.push((codec.encode_key(&full)?, codec.encode_value(&full)));
+            old_keys.push(key);
+        }
+        // Sorted by the new key, duplicates are neighbours.
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = rows.windows(2).find(|w| w[0].0 == w[1].0) {
+            let key_vals =
+                Catalog::decode_key(&catalog.ancestry(&new.name)?, &w[0].0)?.unwrap_or_default();
+            let names: Vec<&str> = new.primary_key.iter().map(|k| k.name.as_str()).collect();
+            let vals: Vec<String> = key_vals
+                .iter()
+                .map(|v| crate::types::value_to_text(v).unwrap_or_else(|| "NULL".into()))
+                .collect();
+            return Err(Error::UniqueViolation(format!(
+                "could not create unique index \"{}_pkey\": Key ({})=({}) is duplicated",
+                new.name,
+                names.join(", "),
+                vals.join(", ")
+            )));
+        }
+        for plan in &plans {
+            delete_index_entries_in(&mut txn, plan)?;
+        }
+        for k in old_keys {
+            txn.delete(k);
+        }
+        for (k, v) in rows {
+            txn.put(k, v);
+        }
+        for index in catalog.table_indexes(&new.name) {
+            crate::index::backfill(&mut txn, &catalog, index)?;
+        }
+        Ok(())
+    })?;
+    txn.set_catalog(catalog);
+    done("ALTER TABLE")
+}
+
+/// Checks that the tables (and columns) VACUUM or ANALYZE names exist.
+pub(crate) fn check_tables_and_columns(
+    ctx: &StatementContext,
+    tables: &[(String, Vec<String>)],
+) -> Result<()> {
+    let catalog = ctx.catalog()?;
+    for (name, columns) in tables {
+        let table = catalog.get_table(name)?;
+        for c in columns {
+            if table.column(c).filter(|c| !c.hidden).is_none() {
+                return Err(
+                    spindle_catalog::Error::NoSuchColumn(c.clone(), table.name.clone()).into(),
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp = …)`.

@@ -33,7 +33,9 @@ use spindle_catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::parser::{self, Statement};
 use crate::provider::TxnHandle;
-use crate::session::{spindle_numeric_casts, unique_output_names, Engine, Output};
+use crate::session::{
+    set_returning_aliases, spindle_numeric_casts, unique_output_names, Engine, Output,
+};
 use crate::settings::SettingStatement;
 
 /// What [`describe`] found out about a statement.
@@ -355,6 +357,7 @@ async fn plan(
         unique_output_names(&mut q.body);
     }
     spindle_numeric_casts(&mut stmt);
+    set_returning_aliases(&mut stmt);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
         .await?;

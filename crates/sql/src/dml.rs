@@ -801,7 +801,7 @@ fn insert_if_absent(
         if let Some(h) = hidden {
             full[h] = Value::Int64(rand::random::<i64>());
         }
-        let key = codec.encode_key(full).map_err(key_error)?;
+        let key = codec.encode_key(full)?;
         if hidden.is_none()
             || ctx
                 .lock()?
@@ -817,9 +817,7 @@ fn insert_if_absent(
         if il.kind == InterleaveKind::InParent {
             let kv = key_values(codec, full);
             let parent = catalog.get_table(&il.parent)?;
-            let pkey = catalog
-                .encode_key(&parent.name, &kv[..parent.primary_key.len()])
-                .map_err(key_error)?;
+            let pkey = catalog.encode_key(&parent.name, &kv[..parent.primary_key.len()])?;
             if ctx.lock()?.get(&pkey).map_err(Error::from)?.is_none() {
                 return Err(Error::ForeignKeyViolation(format!(
                     "insert on table \"{}\" violates interleave in parent \"{}\": parent row with key {} does not exist",
@@ -937,13 +935,6 @@ async fn write_inserted_row(
             )?;
             Ok(true)
         }
-    }
-}
-
-fn key_error(e: spindle_catalog::KeyError) -> Error {
-    match e {
-        spindle_catalog::KeyError::Catalog(c) => c.into(),
-        spindle_catalog::KeyError::Key(k) => k.into(),
     }
 }
 
@@ -1157,7 +1148,7 @@ fn write_updates(
     let mut count = 0;
     for r in rows {
         let kv: Vec<Value> = key_idx.iter().map(|i| r[*i].clone()).collect();
-        let key = catalog.encode_key(&table.name, &kv).map_err(key_error)?;
+        let key = catalog.encode_key(&table.name, &kv)?;
         if !seen.insert(key.clone()) {
             continue;
         }
@@ -1381,7 +1372,7 @@ fn delete_rows(
     let mut seen = HashSet::new();
     let mut count = 0;
     for kv in rows {
-        let key = catalog.encode_key(&table.name, &kv).map_err(key_error)?;
+        let key = catalog.encode_key(&table.name, &kv)?;
         if !seen.insert(key.clone()) {
             continue;
         }
@@ -1524,7 +1515,7 @@ impl CascadePlan {
         let mut doomed = Vec::new();
         for item in txn.scan(key, end.as_deref()) {
             let (k, v) = item?;
-            let tid = catalog.key_owner(&k).map_err(key_error)?;
+            let tid = catalog.key_owner(&k)?;
             if self.deleted.contains(&tid) {
                 if let Some((t, chain, _)) = self.indexes.get(&tid) {
                     let chain: Vec<&Table> = chain.iter().collect();

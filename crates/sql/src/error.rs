@@ -42,6 +42,9 @@ pub enum Error {
     InvalidTransactionState(String),
     #[error("{0}")]
     ReadOnly(String),
+    /// A statement that must run outside a transaction block (VACUUM).
+    #[error("{0}")]
+    ActiveTransaction(String),
     #[error("there is no unique or exclusion constraint matching the ON CONFLICT specification")]
     InvalidConflictTarget,
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
@@ -73,6 +76,15 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<spindle_catalog::KeyError> for Error {
+    fn from(e: spindle_catalog::KeyError) -> Self {
+        match e {
+            spindle_catalog::KeyError::Catalog(c) => c.into(),
+            spindle_catalog::KeyError::Key(k) => k.into(),
+        }
+    }
+}
 
 fn datafusion_message(e: &DataFusionError) -> String {
     // DataFusion wraps errors in context layers; show the innermost cause
@@ -139,6 +151,7 @@ impl Error {
             Error::InvalidTransactionState(_) => "25000",
             Error::InFailedTransaction => "25P02",
             Error::ReadOnly(_) => "25006",
+            Error::ActiveTransaction(_) => "25001",
             Error::InvalidConflictTarget => "42P10",
             Error::UndefinedParameter(_) => "42P02",
             Error::UndefinedObject(_) => "42704",

@@ -117,10 +117,7 @@ impl IndexPlan {
     pub fn encode(&self, values: &[Value], descend: bool) -> Result<Vec<u8>> {
         Catalog::new()
             .encode_key_prefix(&self.chain_refs(), values, descend)
-            .map_err(|e| match e {
-                spindle_catalog::KeyError::Catalog(c) => c.into(),
-                spindle_catalog::KeyError::Key(k) => k.into(),
-            })
+            .map_err(Error::from)
     }
 
     /// The key range of all entries with the row's indexed values.

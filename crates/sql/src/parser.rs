@@ -7,14 +7,19 @@
 //!     [PRIMARY KEY ( [col [ASC|DESC]], ... )]                       -- GoogleSQL
 //!     [[,] INTERLEAVE IN PARENT parent [ON DELETE {CASCADE | NO ACTION}]]
 //!     [[,] INTERLEAVE IN parent]
+//!     [WITH (storage_parameter [= value], ...) | WITHOUT OIDS]       -- PG, checked, no effect
 //! column := name type [NOT NULL | NULL | DEFAULT expr | PRIMARY KEY | OPTIONS (...)]...
 //! type   := INT64 | STRING(n|MAX) | BYTES(n|MAX) | bigint | varchar(n) | ...
 //! ALTER TABLE name ADD [COLUMN] [IF NOT EXISTS] column
+//! ALTER TABLE name ADD [CONSTRAINT c] PRIMARY KEY (cols)          -- a key-less table only
 //! ALTER TABLE name DROP [COLUMN] [IF EXISTS] name
 //! ALTER TABLE name ALTER [COLUMN] name SET OPTIONS (allow_commit_timestamp = true|null)
 //! column option := OPTIONS (allow_commit_timestamp = true|false|null)  -- GoogleSQL
 //! type spanner.commit_timestamp = TIMESTAMP with that option          -- PG
-//! DROP TABLE [IF EXISTS] name
+//! DROP TABLE [IF EXISTS] name [, ...]
+//! TRUNCATE [TABLE] [ONLY] name [, ...] [RESTART|CONTINUE IDENTITY] [CASCADE|RESTRICT]
+//! VACUUM [(option [value], ...) | FULL FREEZE VERBOSE ANALYZE] [table [(cols)], ...]
+//! ANALYZE [(option [value], ...) | VERBOSE] [table [(cols)], ...]
 //! CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] [name] ON table [USING btree]
 //!     ( col [ASC|DESC], ... )
 //!     [STORING (cols) | INCLUDE (cols)]                              -- GoogleSQL | PG
@@ -79,6 +84,22 @@ pub enum Statement {
         column: String,
         if_exists: bool,
     },
+    /// `ALTER TABLE t ADD [CONSTRAINT name] PRIMARY KEY (cols)` on a table
+    /// created without one: its rows are re-keyed.
+    AddPrimaryKey {
+        table: String,
+        columns: Vec<KeyColumn>,
+    },
+    /// `VACUUM [options] [tables]`: removes old versions now (outside a
+    /// transaction block only); with ANALYZE it also does what ANALYZE does.
+    Vacuum {
+        tables: Vec<(String, Vec<String>)>,
+    },
+    /// `ANALYZE [VERBOSE] [tables]`: checks the tables and columns exist;
+    /// Spindle keeps no planner statistics to refresh.
+    Analyze {
+        tables: Vec<(String, Vec<String>)>,
+    },
     /// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp = …)`.
     SetColumnOptions {
         table: String,
@@ -118,7 +139,10 @@ impl Statement {
             Statement::DropIndex { .. } => "DROP INDEX",
             Statement::AddColumn { .. }
             | Statement::DropColumn { .. }
+            | Statement::AddPrimaryKey { .. }
             | Statement::SetColumnOptions { .. } => "ALTER TABLE",
+            Statement::Vacuum { .. } => "VACUUM",
+            Statement::Analyze { .. } => "ANALYZE",
             Statement::Begin { .. } => "BEGIN",
             Statement::Commit => "COMMIT",
             Statement::Rollback => "ROLLBACK",
@@ -329,6 +353,23 @@ fn parse_statement(p: &mut Parser) -> Result<Statement> {
         }
         return Ok(Statement::Truncate { names, cascade });
     }
+    if is_word(p, 0, "VACUUM") {
+        p.next_token();
+        let analyze = maintenance_options(p, true)?;
+        let tables = tables_and_columns(p)?;
+        if !analyze && tables.iter().any(|(_, cols)| !cols.is_empty()) {
+            return Err(Error::Unsupported(
+                "ANALYZE option must be specified when a column list is provided".into(),
+            ));
+        }
+        return Ok(Statement::Vacuum { tables });
+    }
+    if is_word(p, 0, "ANALYZE") || is_word(p, 0, "ANALYSE") {
+        p.next_token();
+        maintenance_options(p, false)?;
+        let tables = tables_and_columns(p)?;
+        return Ok(Statement::Analyze { tables });
+    }
     if is_word(p, 0, "CREATE") {
         let mut n = 1;
         while is_word(p, n, "UNIQUE") || is_word(p, n, "NULL_FILTERED") {
@@ -374,6 +415,120 @@ fn parse_statement(p: &mut Parser) -> Result<Statement> {
     }
     let stmt = p.parse_statement().map_err(syntax)?;
     classify(stmt)
+}
+
+/// The options of VACUUM (`vacuum` true) or ANALYZE, in either form:
+/// `( option [value], … )` or the bare words `FULL FREEZE VERBOSE ANALYZE`
+/// (VACUUM) / `VERBOSE` (ANALYZE). They change nothing here — Spindle's
+/// storage has no heap pages to compact or freeze, and VERBOSE's report
+/// has no channel — but each is checked, so a misspelt option is an error
+/// as in PostgreSQL. Returns whether a VACUUM asked for ANALYZE.
+fn maintenance_options(p: &mut Parser, vacuum: bool) -> Result<bool> {
+    const VACUUM_OPTIONS: &[&str] = &[
+        "FULL",
+        "FREEZE",
+        "VERBOSE",
+        "ANALYZE",
+        "ANALYSE",
+        "DISABLE_PAGE_SKIPPING",
+        "SKIP_LOCKED",
+        "INDEX_CLEANUP",
+        "PROCESS_TOAST",
+        "TRUNCATE",
+        "PARALLEL",
+    ];
+    const ANALYZE_OPTIONS: &[&str] = &["VERBOSE", "SKIP_LOCKED"];
+    let allowed = if vacuum {
+        VACUUM_OPTIONS
+    } else {
+        ANALYZE_OPTIONS
+    };
+    let command = if vacuum { "VACUUM" } else { "ANALYZE" };
+    let mut analyze = false;
+    if p.consume_token(&Token::LParen) {
+        loop {
+            let word = match p.next_token().token {
+                Token::Word(w) => w.value.to_ascii_uppercase(),
+                other => {
+                    return Err(Error::Syntax(format!(
+                        "expected a {command} option, found: {other}"
+                    )))
+                }
+            };
+            if !allowed.contains(&word.as_str()) {
+                return Err(Error::Syntax(format!(
+                    "unrecognized {command} option \"{}\"",
+                    word.to_lowercase()
+                )));
+            }
+            // An optional value: a boolean, ON/OFF/AUTO, or a number.
+            let mut on = true;
+            match p.peek_token().token {
+                Token::Comma | Token::RParen => {}
+                Token::Number(n, _) => {
+                    p.next_token();
+                    on = n != "0";
+                }
+                Token::Word(w) => {
+                    p.next_token();
+                    on = !matches!(w.value.to_ascii_lowercase().as_str(), "false" | "off" | "0");
+                }
+                Token::SingleQuotedString(v) => {
+                    p.next_token();
+                    on = !matches!(v.to_ascii_lowercase().as_str(), "false" | "off" | "0");
+                }
+                other => {
+                    return Err(Error::Syntax(format!(
+                        "unexpected {other} after {command} option {}",
+                        word.to_lowercase()
+                    )))
+                }
+            }
+            if matches!(word.as_str(), "ANALYZE" | "ANALYSE") {
+                analyze = on;
+            }
+            if !p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        p.expect_token(&Token::RParen).map_err(syntax)?;
+        return Ok(analyze);
+    }
+    let bare: &[&str] = if vacuum {
+        &["FULL", "FREEZE", "VERBOSE", "ANALYZE", "ANALYSE"]
+    } else {
+        &["VERBOSE"]
+    };
+    while let Some(word) = bare.iter().find(|w| is_word(p, 0, w)) {
+        analyze |= matches!(*word, "ANALYZE" | "ANALYSE");
+        p.next_token();
+    }
+    Ok(analyze)
+}
+
+/// `table [(col, …)], …` after VACUUM or ANALYZE; empty for "every table".
+fn tables_and_columns(p: &mut Parser) -> Result<Vec<(String, Vec<String>)>> {
+    let mut out = Vec::new();
+    if matches!(p.peek_token().token, Token::EOF | Token::SemiColon) {
+        return Ok(out);
+    }
+    loop {
+        let table = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
+        let mut columns = Vec::new();
+        if p.consume_token(&Token::LParen) {
+            loop {
+                columns.push(fold_ident(&p.parse_identifier().map_err(syntax)?));
+                if !p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            p.expect_token(&Token::RParen).map_err(syntax)?;
+        }
+        out.push((table, columns));
+        if !p.consume_token(&Token::Comma) {
+            return Ok(out);
+        }
+    }
 }
 
 fn classify(stmt: ast::Statement) -> Result<Statement> {
@@ -471,6 +626,7 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
     if p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
         set_primary_key(&mut primary_key, parse_key_list(p)?)?;
     }
+    let mut with_given = storage_parameters(p)?;
     let mut interleave = None;
     let comma = p.consume_token(&Token::Comma);
     if is_word(p, 0, "INTERLEAVE") {
@@ -514,6 +670,13 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
             p.peek_token().token
         )));
     }
+    if is_word(p, 0, "WITH") || is_word(p, 0, "WITHOUT") {
+        if with_given {
+            return Err(Error::Syntax("WITH given twice".into()));
+        }
+        with_given = storage_parameters(p)?;
+    }
+    let _ = with_given;
     if is_word(p, 0, "OPTIONS") || is_word(p, 0, "ROW") {
         return Err(Error::Unsupported(format!(
             "table option {} is not supported",
@@ -536,6 +699,156 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
         },
         if_not_exists,
     })
+}
+
+/// A table's storage parameters, PostgreSQL's `WITH (name [= value], …)`
+/// (or `WITHOUT OIDS`) after CREATE TABLE's column list; returns whether
+/// there were any. They tune PostgreSQL's heap pages (free space left for
+/// updates, TOAST, autovacuum's thresholds) and have no counterpart in
+/// Spindle's B-tree, so they change nothing — but each is checked as
+/// PostgreSQL checks it (an unknown name, a value of the wrong kind or out
+/// of range is 22023), so a script written for PostgreSQL runs unchanged
+/// and a misspelt parameter is not silently dropped.
+fn storage_parameters(p: &mut Parser) -> Result<bool> {
+    if is_word(p, 0, "WITHOUT") && is_word(p, 1, "OIDS") {
+        p.next_token();
+        p.next_token();
+        return Ok(true);
+    }
+    if !(is_word(p, 0, "WITH") && p.peek_nth_token(1).token == Token::LParen) {
+        return Ok(false);
+    }
+    p.next_token();
+    p.next_token();
+    loop {
+        let mut name = fold_ident(&p.parse_identifier().map_err(syntax)?);
+        if p.consume_token(&Token::Period) {
+            let sub = fold_ident(&p.parse_identifier().map_err(syntax)?);
+            name = format!("{name}.{sub}");
+        }
+        let value = if p.consume_token(&Token::Eq) {
+            match p.next_token().token {
+                Token::Number(n, _) => n,
+                Token::Word(w) => w.value.to_lowercase(),
+                Token::SingleQuotedString(v) => v.to_lowercase(),
+                Token::Minus => match p.next_token().token {
+                    Token::Number(n, _) => format!("-{n}"),
+                    other => {
+                        return Err(Error::Syntax(format!(
+                            "expected a value for \"{name}\", found: -{other}"
+                        )))
+                    }
+                },
+                other => {
+                    return Err(Error::Syntax(format!(
+                        "expected a value for \"{name}\", found: {other}"
+                    )))
+                }
+            }
+        } else {
+            // `WITH (autovacuum_enabled)` means true.
+            "true".to_string()
+        };
+        check_storage_parameter(&name, &value)?;
+        if !p.consume_token(&Token::Comma) {
+            break;
+        }
+    }
+    p.expect_token(&Token::RParen).map_err(syntax)?;
+    Ok(true)
+}
+
+/// Checks one storage parameter against PostgreSQL 15's table parameters.
+fn check_storage_parameter(name: &str, value: &str) -> Result<()> {
+    enum Kind {
+        Int(i64, i64),
+        Real(f64, f64),
+        Bool,
+        Choice(&'static [&'static str]),
+    }
+    use Kind::*;
+    const AV: &str = "autovacuum_";
+    let base = name.strip_prefix("toast.").unwrap_or(name);
+    let toast = base.len() != name.len();
+    let kind = match base {
+        "fillfactor" if !toast => Int(10, 100),
+        "toast_tuple_target" if !toast => Int(128, 8160),
+        "parallel_workers" if !toast => Int(0, 1024),
+        "user_catalog_table" if !toast => Bool,
+        "oids" if !toast => {
+            return if matches!(value, "false" | "off" | "0" | "no") {
+                Ok(())
+            } else {
+                Err(Error::Unsupported(
+                    "tables declared WITH OIDS are not supported".into(),
+                ))
+            };
+        }
+        "autovacuum_enabled" | "vacuum_truncate" => Bool,
+        "vacuum_index_cleanup" => Choice(&["auto", "on", "off", "true", "false", "1", "0"]),
+        "log_autovacuum_min_duration" => Int(-1, i32::MAX as i64),
+        n if n.starts_with(AV) => match &n[AV.len()..] {
+            "vacuum_threshold" => Int(0, i32::MAX as i64),
+            "vacuum_insert_threshold" => Int(-1, i32::MAX as i64),
+            "analyze_threshold" if !toast => Int(0, i32::MAX as i64),
+            "vacuum_scale_factor" | "vacuum_insert_scale_factor" => Real(0.0, 100.0),
+            "analyze_scale_factor" if !toast => Real(0.0, 100.0),
+            "vacuum_cost_delay" => Real(-1.0, 100.0),
+            "vacuum_cost_limit" => Int(-1, 10000),
+            "freeze_min_age" | "multixact_freeze_min_age" => Int(-1, 1_000_000_000),
+            "freeze_max_age" | "multixact_freeze_max_age" => Int(-1, 2_000_000_000),
+            "freeze_table_age" | "multixact_freeze_table_age" => Int(-1, 2_000_000_000),
+            _ => {
+                return Err(Error::InvalidParameterValue(format!(
+                    "unrecognized parameter \"{name}\""
+                )))
+            }
+        },
+        _ => {
+            return Err(Error::InvalidParameterValue(format!(
+                "unrecognized parameter \"{name}\""
+            )))
+        }
+    };
+    let bad_kind = |what: &str| {
+        Error::InvalidParameterValue(format!(
+            "invalid value for {what} option \"{name}\": {value}"
+        ))
+    };
+    match kind {
+        Int(min, max) => {
+            let v: i64 = value.parse().map_err(|_| bad_kind("integer"))?;
+            if v < min || v > max {
+                return Err(Error::InvalidParameterValue(format!(
+                    "value {value} out of bounds for option \"{name}\": valid values are between \"{min}\" and \"{max}\""
+                )));
+            }
+        }
+        Real(min, max) => {
+            let v: f64 = value.parse().map_err(|_| bad_kind("floating point"))?;
+            if !(min..=max).contains(&v) {
+                return Err(Error::InvalidParameterValue(format!(
+                    "value {value} out of bounds for option \"{name}\": valid values are between \"{min}\" and \"{max}\""
+                )));
+            }
+        }
+        Bool => {
+            if !matches!(
+                value,
+                "true" | "false" | "on" | "off" | "1" | "0" | "yes" | "no" | "t" | "f"
+            ) {
+                return Err(bad_kind("boolean"));
+            }
+        }
+        Choice(options) => {
+            if !options.contains(&value) {
+                return Err(Error::InvalidParameterValue(format!(
+                    "invalid value for enum option \"{name}\": {value}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `CREATE [UNIQUE] [NULL_FILTERED] INDEX …` after `CREATE`, in either
@@ -903,6 +1216,29 @@ fn skip_precision(p: &mut Parser) -> Result<()> {
 fn parse_alter_table(p: &mut Parser) -> Result<Statement> {
     let table = object_name(&p.parse_object_name(false).map_err(syntax)?)?;
     if p.parse_keyword(Keyword::ADD) {
+        let constraint = is_word(p, 0, "CONSTRAINT");
+        if constraint {
+            // The constraint's name: Spindle names a primary key after its
+            // table (`t_pkey`), as PostgreSQL does by default.
+            p.next_token();
+            p.parse_identifier().map_err(syntax)?;
+        }
+        if p.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
+            let columns = parse_key_list(p)?;
+            if columns.is_empty() {
+                return Err(Error::Syntax(
+                    "PRIMARY KEY needs at least one column".into(),
+                ));
+            }
+            return Ok(Statement::AddPrimaryKey { table, columns });
+        }
+        if constraint {
+            return Err(Error::Unsupported(format!(
+                "ALTER TABLE … ADD CONSTRAINT {} is not supported (PRIMARY KEY is; use a unique \
+                 index for UNIQUE, interleaving for a parent-child rule)",
+                p.peek_token().token
+            )));
+        }
         let _ = p.parse_keyword(Keyword::COLUMN);
         let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
         let (column, pk) = parse_column(p)?;
@@ -943,7 +1279,7 @@ fn parse_alter_table(p: &mut Parser) -> Result<Statement> {
         )));
     }
     Err(Error::Unsupported(format!(
-        "ALTER TABLE {} is not supported (ADD COLUMN, DROP COLUMN and ALTER COLUMN … SET OPTIONS are)",
+        "ALTER TABLE {} is not supported (ADD COLUMN, ADD PRIMARY KEY, DROP COLUMN and ALTER COLUMN … SET OPTIONS are)",
         p.peek_token().token
     )))
 }

@@ -482,7 +482,17 @@ impl StatementContext {
 
     /// Runs one non-transaction-control statement.
     async fn run(&self, stmt: Statement, read_only: bool) -> Result<Output> {
-        if read_only && !matches!(stmt, Statement::Query(_) | Statement::ExplainDml(_)) {
+        // VACUUM and ANALYZE change no data (PostgreSQL runs them in
+        // read-only transactions too).
+        if read_only
+            && !matches!(
+                stmt,
+                Statement::Query(_)
+                    | Statement::ExplainDml(_)
+                    | Statement::Vacuum { .. }
+                    | Statement::Analyze { .. }
+            )
+        {
             return Err(Error::ReadOnly(format!(
                 "cannot execute {} in a read-only transaction",
                 stmt.tag()
@@ -513,6 +523,19 @@ impl StatementContext {
                 column,
                 allow_commit_timestamp,
             } => ddl::set_column_options(self, &table, &column, allow_commit_timestamp),
+            Statement::AddPrimaryKey { table, columns } => {
+                ddl::add_primary_key(self, &table, columns)
+            }
+            Statement::Vacuum { tables } => {
+                ddl::check_tables_and_columns(self, &tables)?;
+                let removed = crate::blocking(|| self.engine.mgr.gc())?;
+                tracing::info!(removed, "VACUUM removed old versions");
+                Ok(Output::command("VACUUM"))
+            }
+            Statement::Analyze { tables } => {
+                ddl::check_tables_and_columns(self, &tables)?;
+                Ok(Output::command("ANALYZE"))
+            }
             Statement::Insert { insert, upsert } => {
                 let mut stmt = ast::Statement::Insert(*insert);
                 dml::rewrite_pending_commit_timestamp(&mut stmt);
@@ -626,6 +649,7 @@ async fn plan_query(state: &SessionState, mut stmt: ast::Statement) -> Result<Pl
         unique_output_names(&mut q.body);
     }
     spindle_numeric_casts(&mut stmt);
+    set_returning_aliases(&mut stmt);
     crate::pg_catalog::rewrite(&mut stmt);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
@@ -716,6 +740,52 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// PostgreSQL names the one column of a scalar set-returning function in
+/// FROM after its table alias — `FROM generate_series(1, 3) AS n` has a
+/// column `n`, and without an alias both are `generate_series` — where
+/// DataFusion calls it `value`. Spelled out as a column alias here
+/// (`AS n(n)`), so such queries (pgbench's server-side data generation,
+/// `INSERT … SELECT n FROM generate_series(…) AS n`) plan as in
+/// PostgreSQL. An alias that names its columns is left alone.
+pub(crate) fn set_returning_aliases(stmt: &mut ast::Statement) {
+    use std::ops::ControlFlow;
+    struct Alias;
+    impl ast::VisitorMut for Alias {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, tf: &mut ast::TableFactor) -> ControlFlow<()> {
+            let ast::TableFactor::Table {
+                name,
+                args: Some(_),
+                alias,
+                ..
+            } = tf
+            else {
+                return ControlFlow::Continue(());
+            };
+            let scalar = matches!(name.0.as_slice(), [part] if part
+                .as_ident()
+                .is_some_and(|i| crate::parser::fold_ident(i) == "generate_series"));
+            if !scalar {
+                return ControlFlow::Continue(());
+            }
+            let alias = alias.get_or_insert_with(|| ast::TableAlias {
+                explicit: true,
+                name: ast::Ident::new("generate_series"),
+                columns: vec![],
+                at: None,
+            });
+            if alias.columns.is_empty() {
+                alias.columns = vec![ast::TableAliasColumnDef {
+                    name: alias.name.clone(),
+                    data_type: None,
+                }];
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = ast::VisitMut::visit(stmt, &mut Alias);
 }
 
 /// `NUMERIC` without precision means Spindle's NUMERIC, DECIMAL(38, 9)
@@ -1249,6 +1319,12 @@ impl Session {
             stmt => {
                 if self.failed {
                     return Err(Error::InFailedTransaction);
+                }
+                if matches!(stmt, Statement::Vacuum { .. }) && self.txn.is_some() {
+                    self.failed = true;
+                    return Err(Error::ActiveTransaction(
+                        "VACUUM cannot run inside a transaction block".into(),
+                    ));
                 }
                 match &self.txn {
                     Some(txn) => {
