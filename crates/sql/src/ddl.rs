@@ -462,6 +462,40 @@ pub(crate) fn add_primary_key(
     done("ALTER TABLE")
 }
 
+/// VACUUM: removes the versions no snapshot can read any more (those
+/// older than the version retention window, `TxnManager::gc`) now rather
+/// than at the background collector's next pass. Of the tables named, the
+/// whole key space of each one's root table (its row trees: interleaved
+/// tables and indexes included) and the key spaces of its global indexes;
+/// with no table named, of the whole database.
+pub(crate) fn vacuum(ctx: &StatementContext, tables: &[(String, Vec<String>)]) -> Result<Output> {
+    check_tables_and_columns(ctx, tables)?;
+    let catalog = ctx.catalog()?;
+    let mut ranges: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    if tables.is_empty() {
+        ranges.push((Vec::new(), None));
+    }
+    for (name, _) in tables {
+        let mut ids = vec![catalog.ancestry(name)?[0].id];
+        for index in catalog.table_indexes(name) {
+            if index.interleave_in.is_none() {
+                ids.push(index.id);
+            }
+        }
+        for id in ids {
+            let mut prefix = Vec::new();
+            spindle_keys::key::encode_table_prefix(&mut prefix, id);
+            let end = spindle_keys::key::prefix_end(&prefix);
+            if !ranges.iter().any(|(s, _)| *s == prefix) {
+                ranges.push((prefix, end));
+            }
+        }
+    }
+    let removed = crate::blocking(|| ctx.engine.manager().gc_ranges(&ranges))?;
+    tracing::info!(removed, "VACUUM removed old versions");
+    done("VACUUM")
+}
+
 /// Checks that the tables (and columns) VACUUM or ANALYZE names exist.
 pub(crate) fn check_tables_and_columns(
     ctx: &StatementContext,

@@ -526,12 +526,7 @@ impl StatementContext {
             Statement::AddPrimaryKey { table, columns } => {
                 ddl::add_primary_key(self, &table, columns)
             }
-            Statement::Vacuum { tables } => {
-                ddl::check_tables_and_columns(self, &tables)?;
-                let removed = crate::blocking(|| self.engine.mgr.gc())?;
-                tracing::info!(removed, "VACUUM removed old versions");
-                Ok(Output::command("VACUUM"))
-            }
+            Statement::Vacuum { tables } => ddl::vacuum(self, &tables),
             Statement::Analyze { tables } => {
                 ddl::check_tables_and_columns(self, &tables)?;
                 Ok(Output::command("ANALYZE"))
@@ -748,9 +743,23 @@ impl<T> Drop for AbortOnDrop<T> {
 /// DataFusion calls it `value`. Spelled out as a column alias here
 /// (`AS n(n)`), so such queries (pgbench's server-side data generation,
 /// `INSERT … SELECT n FROM generate_series(…) AS n`) plan as in
-/// PostgreSQL. An alias that names its columns is left alone.
+/// PostgreSQL. An alias that names its columns is left alone, and so is a
+/// statement that uses DataFusion's name (`value`, `g.value`): both
+/// spellings keep working.
 pub(crate) fn set_returning_aliases(stmt: &mut ast::Statement) {
     use std::ops::ControlFlow;
+    let is_value =
+        |i: &ast::Ident| i.quote_style.is_none() && i.value.eq_ignore_ascii_case("value");
+    let uses_value = ast::visit_expressions(stmt, |e| match e {
+        ast::Expr::Identifier(i) if is_value(i) => ControlFlow::Break(()),
+        ast::Expr::CompoundIdentifier(parts) if parts.last().is_some_and(is_value) => {
+            ControlFlow::Break(())
+        }
+        _ => ControlFlow::Continue(()),
+    });
+    if uses_value.is_break() {
+        return;
+    }
     struct Alias;
     impl ast::VisitorMut for Alias {
         type Break = ();

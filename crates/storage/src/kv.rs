@@ -281,14 +281,6 @@ impl Snapshot {
         };
         Ok(r.map_err(redb::Error::from)?)
     }
-
-    /// Every entry with a key below `end`.
-    pub(crate) fn range_to(&self, end: &[u8]) -> Result<KvRange> {
-        Ok(self
-            .table
-            .range::<&[u8]>(..end)
-            .map_err(redb::Error::from)?)
-    }
 }
 
 impl From<redb::Error> for Error {

@@ -442,6 +442,12 @@ impl TxnManager {
     /// Removes versions that neither the retention window nor a live
     /// snapshot needs; returns how many.
     pub fn gc(&self) -> Result<u64> {
+        self.gc_ranges(&[(Vec::new(), None)])
+    }
+
+    /// [`TxnManager::gc`] of the keys in the given `[start, end)` ranges
+    /// only (`None`: to the end): VACUUM of some tables.
+    pub fn gc_ranges(&self, ranges: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<u64> {
         let oldest_snapshot = self
             .active
             .lock()
@@ -455,7 +461,11 @@ impl TxnManager {
             .min(oldest_snapshot.unwrap_or(Timestamp::MAX));
         // Every commit at or below the horizon in the data file first.
         self.store.wait_readable()?;
-        Ok(self.store.gc(horizon)?)
+        let mut removed = 0;
+        for (start, end) in ranges {
+            removed += self.store.gc_range(horizon, start, end.as_deref())?;
+        }
+        Ok(removed)
     }
 
     fn start_gc_thread(mgr: &Arc<TxnManager>) {
