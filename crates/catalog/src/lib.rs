@@ -276,6 +276,20 @@ impl Catalog {
         serde_json::from_slice(bytes)
     }
 
+    /// The id the next table or index will get. Ids are handed out in
+    /// commit order (a DDL transaction conflicts with any other that
+    /// changes the catalog) and never reused, so an id below this one that
+    /// names no table or index ([`Catalog::names_id`]) belonged to one
+    /// that was dropped: its key space is retired.
+    pub fn next_id(&self) -> u32 {
+        self.next_table_id
+    }
+
+    /// Whether `id` is a table's or an index's.
+    pub fn names_id(&self, id: u32) -> bool {
+        self.table_by_id(id).is_some() || self.index_by_id(id).is_some()
+    }
+
     pub fn tables(&self) -> impl Iterator<Item = &Table> {
         self.tables.values()
     }

@@ -20,6 +20,7 @@ mod output_names;
 mod pg_scripts;
 mod prepared;
 mod query_cache;
+mod retired;
 mod row_filter;
 mod split_scan;
 mod splits;

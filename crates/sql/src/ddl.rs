@@ -93,12 +93,26 @@ pub(crate) fn drop_tables(
     }
     // Deepest first: children before the parents they are interleaved in.
     tables.sort_by_key(|t| std::cmp::Reverse(t.0));
+    // What is dropped with its whole key space — a root table (its
+    // interleaved tables can only be dropped before it, in this statement)
+    // with everything in its row trees, a global index — is not deleted
+    // row by row: the key space is retired with the catalog change, left
+    // for readers at older timestamps, and removed by the garbage collector
+    // once none can see it (`TxnManager::gc`). Only a child table dropped
+    // without its root deletes its rows and interleaved index entries.
     for (_, name) in &tables {
         let before = catalog.clone();
+        let root = before.ancestry(name)?[0].name.clone();
+        let root_dropped = tables.iter().any(|(_, n)| *n == root);
         let table = catalog.drop_table(name)?;
+        if root_dropped {
+            continue;
+        }
         crate::blocking(|| -> Result<()> {
             for plan in crate::index::IndexPlan::for_table(&before, &table.name)? {
-                delete_index_entries(ctx, &plan)?;
+                if plan.chain.len() > 1 {
+                    delete_index_entries(ctx, &plan)?;
+                }
             }
             delete_table_rows(ctx, &before, &table)
         })?;
@@ -270,8 +284,12 @@ pub(crate) fn drop_index(
             }
             return Err(spindle_catalog::Error::NoSuchIndex(name.clone()).into());
         };
+        // A global index's key space is retired whole (see `drop_tables`);
+        // an interleaved one's entries share its tables' row trees.
         let plan = crate::index::IndexPlan::new(&before, &index)?;
-        crate::blocking(|| delete_index_entries(ctx, &plan))?;
+        if plan.chain.len() > 1 {
+            crate::blocking(|| delete_index_entries(ctx, &plan))?;
+        }
         catalog.drop_index(name)?;
     }
     ctx.lock()?.set_catalog(catalog);

@@ -483,6 +483,42 @@ impl Store {
         Ok(removed)
     }
 
+    /// Removes every entry, all versions, of the logical keys in
+    /// `[start, end)` — a retired key space (a dropped table's or index's,
+    /// which no snapshot can read any more: the caller checks) — in
+    /// batches of 4 096 removals per write, so that commits applying
+    /// meanwhile wait for one batch at most. Not logged, like
+    /// [`Store::gc`]: after a crash the rest is removed by the next call.
+    /// Returns how many entries it removed.
+    pub fn purge_range(&self, start: &[u8], end: &[u8]) -> Result<u64> {
+        let end = end.min(META_PREFIX);
+        if start >= end {
+            return Ok(0);
+        }
+        let mut removed = 0u64;
+        loop {
+            let batch: Vec<Vec<u8>> = {
+                let snapshot = self.kv.snapshot()?;
+                let mut keys = Vec::new();
+                for item in snapshot.range(start, end, false)? {
+                    let (pk, _) = item.map_err(redb::Error::from)?;
+                    keys.push(pk.value().to_vec());
+                    if keys.len() >= 4096 {
+                        break;
+                    }
+                }
+                keys
+            };
+            if batch.is_empty() {
+                return Ok(removed);
+            }
+            let ops: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+                batch.into_iter().map(|k| (k, None)).collect();
+            removed += ops.len() as u64;
+            self.kv.write(|t| kv::write_ops(t, &ops))?;
+        }
+    }
+
     /// Removes older versions, and heads still equal to the value given
     /// (a commit may have replaced one since [`Store::gc`] read it). Not
     /// logged: garbage that comes back after a crash is collected again.
@@ -1183,6 +1219,32 @@ mod tests {
         assert_eq!(s.gc(2).unwrap(), 0);
         assert_eq!(s.gc(3).unwrap(), 1);
         assert_eq!(scan(&s, 3), vec![("a".into(), "a3".into())]);
+    }
+
+    #[test]
+    fn purge_removes_every_version_of_a_range_and_nothing_else() {
+        let s = Store::open_temporary().unwrap();
+        for ts in 1..=3 {
+            let v = format!("{ts}").into_bytes();
+            let mut writes = vec![(k("a"), Some(v.clone())), (k("c"), Some(v.clone()))];
+            // Enough keys for several batches of removals.
+            for i in 0..5000u32 {
+                writes.push((k(&format!("b{i:05}")), Some(v.clone())));
+            }
+            s.commit(ts, &writes).unwrap();
+        }
+        // Three versions of each b-key: its head and two older ones.
+        assert_eq!(s.purge_range(&k("b"), &k("c")).unwrap(), 15_000);
+        assert_eq!(s.purge_range(&k("b"), &k("c")).unwrap(), 0);
+        assert_eq!(
+            scan(&s, 3),
+            vec![("a".into(), "3".into()), ("c".into(), "3".into())]
+        );
+        assert_eq!(physical(&s, &k("a")).len(), 3);
+        assert_eq!(physical(&s, &k("c")).len(), 3);
+        // Never into the metadata.
+        assert_eq!(s.purge_range(&k("d"), &[0xFF; 8]).unwrap(), 0);
+        assert_eq!(s.visible_ts(), 3);
     }
 
     #[test]

@@ -116,6 +116,20 @@
 //! The catalog is stored under the logical key [`CATALOG_KEY`] like any row,
 //! so it is versioned and committed atomically with data. A transaction
 //! reads it at its snapshot; DDL replaces the transaction's copy.
+//!
+//! ## Retired key spaces
+//!
+//! Table and index ids are handed out in commit order and never reused.
+//! DROP TABLE of a root table (with its row trees) and DROP INDEX of a
+//! global index change only the catalog: the dropped key space stays as it
+//! was, readable by snapshots older than the drop through the catalog of
+//! their time, and [`TxnManager::gc`] removes it physically once the
+//! catalog at the collection horizon no longer names the id:
+//!
+//! ```text
+//!   ts:      10 CREATE t (id 7)   20 INSERT rows   30 DROP TABLE t   ...   horizon ≥ 30
+//!   20 00000007 …  rows          readable @ 20..29 (catalog@ts names 7)    purged
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -440,14 +454,31 @@ impl TxnManager {
     }
 
     /// Removes versions that neither the retention window nor a live
-    /// snapshot needs; returns how many.
+    /// snapshot needs, and the key spaces of tables and indexes dropped
+    /// before that point ([`TxnManager::purge_retired`]); returns how many
+    /// entries went.
     pub fn gc(&self) -> Result<u64> {
-        self.gc_ranges(&[(Vec::new(), None)])
+        let horizon = self.gc_horizon()?;
+        let removed = self.store.gc(horizon)?;
+        Ok(removed + self.purge_retired(horizon)?)
     }
 
-    /// [`TxnManager::gc`] of the keys in the given `[start, end)` ranges
-    /// only (`None`: to the end): VACUUM of some tables.
+    /// [`TxnManager::gc`]'s version collection of the keys in the given
+    /// `[start, end)` ranges only (`None`: to the end): VACUUM of some
+    /// tables.
     pub fn gc_ranges(&self, ranges: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<u64> {
+        let horizon = self.gc_horizon()?;
+        let mut removed = 0;
+        for (start, end) in ranges {
+            removed += self.store.gc_range(horizon, start, end.as_deref())?;
+        }
+        Ok(removed)
+    }
+
+    /// The oldest timestamp any reader may still use: the retention
+    /// window's start, or the oldest live snapshot if older. Every commit
+    /// at or below it is in the data file when this returns.
+    fn gc_horizon(&self) -> Result<Timestamp> {
         let oldest_snapshot = self
             .active
             .lock()
@@ -459,11 +490,32 @@ impl TxnManager {
             .min_read_ts()
             .min(self.store.visible_ts())
             .min(oldest_snapshot.unwrap_or(Timestamp::MAX));
-        // Every commit at or below the horizon in the data file first.
         self.store.wait_readable()?;
+        Ok(horizon)
+    }
+
+    /// Removes the key spaces retired by DROP TABLE and DROP INDEX. A
+    /// dropped root table's row trees (its interleaved tables and indexes
+    /// with it) and a dropped global index's entries stay in the store
+    /// untouched by the DROP — one catalog change, however many rows —
+    /// and are removed here once no reader can see them: the catalog as of
+    /// `horizon` (every reader's snapshot is at or after it) no longer
+    /// names the id, and the id was handed out before `horizon` (ids are
+    /// never reused, so nothing will write there again). Readers at older
+    /// timestamps read the rows as they were, through the catalog of
+    /// their time.
+    fn purge_retired(&self, horizon: Timestamp) -> Result<u64> {
+        let catalog = self.catalog_at(horizon)?;
         let mut removed = 0;
-        for (start, end) in ranges {
-            removed += self.store.gc_range(horizon, start, end.as_deref())?;
+        for id in 1..catalog.next_id() {
+            if catalog.names_id(id) {
+                continue;
+            }
+            let mut start = Vec::new();
+            spindle_keys::key::encode_table_prefix(&mut start, id);
+            let mut end = Vec::new();
+            spindle_keys::key::encode_table_prefix(&mut end, id + 1);
+            removed += self.store.purge_range(&start, &end)?;
         }
         Ok(removed)
     }
