@@ -151,15 +151,28 @@ pub struct KeyColumn {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Table {
+    /// The key space's id: every key of the table starts with it.
     pub id: u32,
     pub name: String,
     pub columns: Vec<Column>,
     pub primary_key: Vec<KeyColumn>,
     pub interleave: Option<Interleave>,
     pub next_column_id: u32,
+    /// The id the table was created with, when its rows have since moved
+    /// to a new key space ([`Catalog::add_primary_key`]): what
+    /// [`Table::oid`] reports, so clients see one object throughout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_id: Option<u32>,
 }
 
 impl Table {
+    /// The table's identity for clients (PostgreSQL's oid is derived from
+    /// it): the id it was created with, which a move to a new key space
+    /// does not change.
+    pub fn oid(&self) -> u32 {
+        self.first_id.unwrap_or(self.id)
+    }
+
     pub fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|c| c.name == name)
     }
@@ -227,6 +240,17 @@ pub struct Index {
     /// The ancestor table whose row trees hold the entries; `None` for a
     /// global index, whose entries are a root-level key space.
     pub interleave_in: Option<String>,
+    /// As [`Table::first_id`]: the id the index was created with, when its
+    /// entries have since moved to a new key space.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_id: Option<u32>,
+}
+
+impl Index {
+    /// The index's identity for clients (see [`Table::oid`]).
+    pub fn oid(&self) -> u32 {
+        self.first_id.unwrap_or(self.id)
+    }
 }
 
 /// A CREATE INDEX, already parsed.
@@ -564,6 +588,7 @@ impl Catalog {
             primary_key,
             interleave,
             next_column_id,
+            first_id: None,
         };
         Ok(self.tables.entry(fold(&name)).or_insert(table))
     }
@@ -651,6 +676,7 @@ impl Catalog {
                 on_delete: OnDelete::NoAction,
             }),
             next_column_id: 0,
+            first_id: index.first_id,
         });
         Ok(chain)
     }
@@ -748,6 +774,7 @@ impl Catalog {
             unique: def.unique,
             null_filtered: def.null_filtered,
             interleave_in,
+            first_id: None,
         };
         Ok(self.indexes.entry(name).or_insert(index))
     }
@@ -813,9 +840,11 @@ impl Catalog {
 
     /// `ALTER TABLE t ADD PRIMARY KEY (cols)` on a table created without
     /// one: the key columns replace the hidden key column (whose id is not
-    /// reused) and become NOT NULL, as in PostgreSQL. Returns the table as
-    /// it is now; the caller re-keys its rows and rebuilds its indexes'
-    /// entries (every index entry ends with the primary key). A table with
+    /// reused) and become NOT NULL, as in PostgreSQL. The table and its
+    /// indexes get new ids — new, empty key spaces, the old ones retired —
+    /// and keep their first ids as their oids. Returns the table as it is
+    /// now; the caller writes its rows under their new keys and rebuilds
+    /// its indexes' entries (every index entry ends with the primary key). A table with
     /// a declared key keeps it (PostgreSQL: a table has one primary key).
     /// A key-less table has no interleaved children and no interleaved
     /// indexes (both need its key), so only its own key space changes.
@@ -864,10 +893,17 @@ impl Catalog {
             }
         }
         let name = t.name.clone();
+        let new_id = self.next_table_id;
+        self.next_table_id += 1;
         let t = self
             .tables
             .get_mut(&fold(&name))
             .ok_or_else(|| Error::NoSuchTable(name.clone()))?;
+        // The rows move to a new key space (the caller writes them there);
+        // the old one is retired whole, like a dropped table's, instead of
+        // deleted row by row.
+        t.first_id.get_or_insert(t.id);
+        t.id = new_id;
         t.columns.retain(|c| !c.hidden);
         for c in &mut t.columns {
             if keys.iter().any(|k| k.name == c.name) {
@@ -875,7 +911,14 @@ impl Catalog {
             }
         }
         t.primary_key = keys;
-        Ok(t)
+        // So do the entries of the table's indexes (all global: see above),
+        // which end with the primary key.
+        for ix in self.indexes.values_mut().filter(|ix| ix.table == name) {
+            ix.first_id.get_or_insert(ix.id);
+            ix.id = self.next_table_id;
+            self.next_table_id += 1;
+        }
+        self.get_table(&name)
     }
 
     /// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp =

@@ -394,9 +394,11 @@ pub(crate) fn drop_column(
 
 /// `ALTER TABLE t ADD PRIMARY KEY (cols)` on a table created without one
 /// (pgbench -i creates its tables so, loads them, then adds the keys).
-/// Every row moves from its hidden `_rowid` key to its key columns' values
-/// and every index entry (which ends with the primary key) is rebuilt, all
-/// in the statement's transaction: a NULL or a duplicate in the key
+/// Every row is written again, from its hidden `_rowid` key to its key
+/// columns' values, in a new key space, and every index entry (which ends
+/// with the primary key) is rebuilt in a new one too; the old key spaces
+/// are retired, as a dropped table's (`Catalog::add_primary_key`). All in
+/// the statement's transaction: a NULL or a duplicate in the key
 /// columns fails the statement (23502, 23505) with nothing written. Like
 /// CREATE INDEX's backfill, the table is read whole at the transaction's
 /// snapshot, so a concurrent write to it makes one of the two retry.
@@ -422,11 +424,9 @@ pub(crate) fn add_primary_key(
     let mut prefix = Vec::new();
     spindle_keys::key::encode_table_prefix(&mut prefix, old.id);
     let end = spindle_keys::key::prefix_end(&prefix);
-    let plans = crate::index::IndexPlan::for_table(&before, &old.name)?;
     let mut txn = ctx.lock()?;
     crate::blocking(|| -> Result<()> {
         let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut old_keys = Vec::new();
         for item in txn.scan(&prefix, end.as_deref()) {
             let (key, value) = item?;
             let Some(key_vals) = Catalog::decode_key(&chain, &key)? else {
@@ -443,7 +443,6 @@ pub(crate) fn add_primary_key(
                 }
             }
             rows.push((codec.encode_key(&full)?, codec.encode_value(&full)));
-            old_keys.push(key);
         }
         // Sorted by the new key, duplicates are neighbours.
         rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -462,12 +461,8 @@ pub(crate) fn add_primary_key(
                 vals.join(", ")
             )));
         }
-        for plan in &plans {
-            delete_index_entries_in(&mut txn, plan)?;
-        }
-        for k in old_keys {
-            txn.delete(k);
-        }
+        // The old rows and index entries stay where they are: their key
+        // spaces are retired with the catalog change (see `drop_tables`).
         for (k, v) in rows {
             txn.put(k, v);
         }

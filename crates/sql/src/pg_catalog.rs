@@ -328,7 +328,7 @@ impl PgCatalog {
             "pg_class" | "pg_tables" => {
                 let mut rows = Vec::new();
                 for t in &tables {
-                    let oid = table_oid(t.id);
+                    let oid = table_oid(t.oid());
                     let interleaved = t.interleave.is_some() || !cat.children(&t.name).is_empty();
                     let row = |oid: i64, name: String, kind: &str, am: i64, idx: bool| {
                         vec![
@@ -365,7 +365,13 @@ impl PgCatalog {
                         has_visible_key(t) || indexes.iter().any(|(_, it)| it.id == t.id);
                     rows.push(row(oid, t.name.clone(), "r", HEAP_AM, has_index));
                     for (ix, _) in indexes.iter().filter(|(_, it)| it.id == t.id) {
-                        rows.push(row(table_oid(ix.id), ix.name.clone(), "i", BTREE_AM, false));
+                        rows.push(row(
+                            table_oid(ix.oid()),
+                            ix.name.clone(),
+                            "i",
+                            BTREE_AM,
+                            false,
+                        ));
                     }
                     if has_visible_key(t) {
                         rows.push(row(
@@ -423,7 +429,7 @@ impl PgCatalog {
                     for (i, c) in t.columns.iter().filter(|c| !c.hidden).enumerate() {
                         let (typ, typmod) = type_oid(&c.data_type);
                         rows.push(vec![
-                            V::I(table_oid(t.id)),
+                            V::I(table_oid(t.oid())),
                             s(c.name.clone()),
                             V::I(typ),
                             V::I(typmod),
@@ -466,8 +472,8 @@ impl PgCatalog {
                     for (i, c) in t.columns.iter().filter(|c| !c.hidden).enumerate() {
                         if let Some(d) = &c.default {
                             rows.push(vec![
-                                V::I(table_oid(t.id) + 5),
-                                V::I(table_oid(t.id)),
+                                V::I(table_oid(t.oid()) + 5),
+                                V::I(table_oid(t.oid())),
                                 V::I(i as i64 + 1),
                                 s(d.clone()),
                             ]);
@@ -547,8 +553,8 @@ impl PgCatalog {
                     .map(|t| {
                         let n = t.primary_key.len() as i64;
                         vec![
-                            V::I(table_oid(t.id) + 1),
-                            V::I(table_oid(t.id)),
+                            V::I(table_oid(t.oid()) + 1),
+                            V::I(table_oid(t.oid())),
                             V::I(n),
                             V::I(n),
                             V::B(true),
@@ -569,8 +575,8 @@ impl PgCatalog {
                     .chain(indexes.iter().map(|(ix, t)| {
                         let keys = ix.columns.len() as i64;
                         vec![
-                            V::I(table_oid(ix.id)),
-                            V::I(table_oid(t.id)),
+                            V::I(table_oid(ix.oid())),
+                            V::I(table_oid(t.oid())),
                             V::I(keys + ix.storing.len() as i64),
                             V::I(keys),
                             V::B(ix.unique),
@@ -600,7 +606,7 @@ impl PgCatalog {
             "pg_constraint" => {
                 let mut rows = Vec::new();
                 for t in &tables {
-                    let oid = table_oid(t.id);
+                    let oid = table_oid(t.oid());
                     let row = |coid: i64, name: String, ty: &str, index: i64, frel: i64| {
                         vec![
                             V::I(coid),
@@ -628,7 +634,10 @@ impl PgCatalog {
                         rows.push(row(oid + 2, format!("{}_pkey", t.name), "p", oid + 1, 0));
                     }
                     if let Some(il) = &t.interleave {
-                        let parent = cat.table(&il.parent).map(|p| table_oid(p.id)).unwrap_or(0);
+                        let parent = cat
+                            .table(&il.parent)
+                            .map(|p| table_oid(p.oid()))
+                            .unwrap_or(0);
                         rows.push(row(
                             oid + 3,
                             format!("{}_interleave", t.name),
@@ -686,7 +695,7 @@ impl PgCatalog {
                     .iter()
                     .filter_map(|t| {
                         Some(vec![
-                            V::I(table_oid(t.id)),
+                            V::I(table_oid(t.oid())),
                             V::I(1259),
                             V::I(0),
                             s(Self::interleave_def(t)?),
@@ -907,7 +916,7 @@ impl PgCatalog {
 }
 
 fn index_by_oid(catalog: &Catalog, oid: i64) -> Option<&spindle_catalog::Index> {
-    catalog.indexes().find(|ix| table_oid(ix.id) == oid)
+    catalog.indexes().find(|ix| table_oid(ix.oid()) == oid)
 }
 
 fn key_list(t: &spindle_catalog::Table) -> String {
@@ -1102,8 +1111,8 @@ pub fn register_catalog_functions(state: &mut SessionState, catalog: Arc<Catalog
         move |oid: i64| -> Option<(spindle_catalog::Table, i64)> {
             let t = catalog
                 .tables()
-                .find(|t| (table_oid(t.id)..table_oid(t.id) + 10).contains(&oid))?;
-            Some((t.clone(), oid - table_oid(t.id)))
+                .find(|t| (table_oid(t.oid())..table_oid(t.oid()) + 10).contains(&oid))?;
+            Some((t.clone(), oid - table_oid(t.oid())))
         }
     };
     let text = |s: Option<String>| ScalarValue::Utf8(s);
@@ -1314,7 +1323,7 @@ pub fn register_catalog_functions(state: &mut SessionState, catalog: Arc<Catalog
                     catalog
                         .table(name)
                         .or_else(|| catalog.table(&name.to_lowercase()))
-                        .map(|t| table_oid(t.id)),
+                        .map(|t| table_oid(t.oid())),
                 )
             }),
         ));
