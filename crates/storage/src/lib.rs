@@ -443,35 +443,47 @@ impl Store {
         // The logical key being walked, and the timestamp of its
         // visible-at-horizon version once passed (everything older is
         // garbage).
-        let mut current: Option<Vec<u8>> = None;
+        // (One buffer for the key, reused: most keys have one version, and
+        // an allocation per key was most of a collection's time.)
+        let mut current: Vec<u8> = Vec::new();
+        let mut walking = false;
         let mut kept: Option<Timestamp> = None;
         let snapshot = self.kv.snapshot()?;
-        for item in snapshot.range(start, end, false)? {
-            let (pk, v) = item.map_err(redb::Error::from)?;
-            let (pk, v) = (pk.value(), v.value());
-            let e = decode_entry(pk, v)?;
-            if current.as_deref() != Some(e.key) {
-                current = Some(e.key.to_vec());
-                kept = None;
-            }
-            if e.ts > horizon {
-                continue;
-            }
-            let is_garbage = match kept {
-                // Strictly older: a commit may have moved the kept head to
-                // its timestamped slot since the snapshot was taken.
-                Some(k) => e.ts < k,
-                None => {
-                    kept = Some(e.ts);
-                    // The newest version at or below the horizon: a
-                    // tombstone there hides nothing anyone can still read.
-                    e.payload.is_none()
+        let mut range = snapshot.range(start, end, false)?;
+        loop {
+            // Each entry is read in place on its page (`Range::next_with`).
+            let step = range.next_with(|pk, v| -> Result<()> {
+                let e = decode_entry(pk, v)?;
+                if !walking || current != e.key {
+                    current.clear();
+                    current.extend_from_slice(e.key);
+                    walking = true;
+                    kept = None;
                 }
-            };
-            if !is_garbage {
-                continue;
+                if e.ts > horizon {
+                    return Ok(());
+                }
+                let is_garbage = match kept {
+                    // Strictly older: a commit may have moved the kept head
+                    // to its timestamped slot since the snapshot was taken.
+                    Some(k) => e.ts < k,
+                    None => {
+                        kept = Some(e.ts);
+                        // The newest version at or below the horizon: a
+                        // tombstone there hides nothing anyone can still
+                        // read.
+                        e.payload.is_none()
+                    }
+                };
+                if is_garbage {
+                    garbage.push((pk.to_vec(), e.head.then(|| v.to_vec())));
+                }
+                Ok(())
+            });
+            match step {
+                None => break,
+                Some(r) => r.map_err(redb::Error::from)??,
             }
-            garbage.push((pk.to_vec(), e.head.then(|| v.to_vec())));
             if garbage.len() >= 4096 {
                 removed += self.remove_garbage(std::mem::take(&mut garbage))?;
             }
