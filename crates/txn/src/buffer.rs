@@ -2,30 +2,40 @@
 //!
 //! The writes a transaction has buffered, by key (`Some(value)`, or `None`
 //! for a delete), in key order: a `BTreeMap` plus a sorted *tail* of keys
-//! appended in ascending order.
+//! appended in ascending order, which sits in a gap of the map.
 //!
 //! ```text
-//!   map:  a ─ c ─ f ─ k            tail: [m, n, p, q, …]   (pushed in order)
-//!         every key of the map  <  every key of the tail
+//!   map:  a ─ c ─ f ─────────────────────── x ─ z
+//!   tail:          [m, n, p, q, …]   (pushed in order; fence = x)
+//!         no map key between the tail's first key and the fence
 //! ```
 //!
 //! A bulk load inserts its keys in ascending order; in a `BTreeMap` of
 //! 100 000 entries each insert compares its key with ~35 others (a linear
 //! search of each node on the way down), and those key comparisons were
 //! the largest single cost of an embedded INSERT (`memcmp`, 10% of the
-//! statements' samples in `perf`). A key above every buffered key is
-//! pushed onto the tail instead: one comparison.
+//! statements' samples in `perf`). A key after the tail's last and below
+//! the *fence* — the smallest map key above the tail — is pushed onto the
+//! tail instead: two comparisons.
+//!
+//! The tail starts above every buffered key, or — when a run of map
+//! inserts ascends ([`RESTART_STREAK`] in a row) — where the run goes:
+//! a load whose table sorts below rows already written in the same
+//! transaction (pgbench's accounts, copied after its branches) gets the
+//! tail too. The old tail, if any, moves into the map first.
 //!
 //! Invariants:
-//! * The tail is strictly ascending and every tail key is greater than
-//!   every map key; each key is in at most one of the two.
-//! * A write below the tail's first key goes to the map. A write of a new
-//!   key inside the tail's range, or a remove from inside it, first moves
-//!   the tail into the map (`flush_tail`): each entry moves at most once,
-//!   so the cost stays that of inserting it into the map in the first
-//!   place.
-//! * Iteration (`keys`, `range`, `into_iter`) yields the map's entries,
-//!   then the tail's: key order.
+//! * The tail is strictly ascending; no map key lies between its first
+//!   key and its last; `fence` is the smallest map key above its last (or
+//!   `None`). Each key is in at most one of the two.
+//! * A write below the tail's first key or at or above the fence goes to
+//!   the map. A write of a new key inside the tail's range, or a remove
+//!   from inside it, first moves the tail into the map (`flush_tail`):
+//!   each entry moves at most once per tail it joined, and a tail is only
+//!   replaced after a run of ascending map inserts, so the cost stays
+//!   about that of inserting it into the map in the first place.
+//! * Iteration (`keys`, `range`, `into_iter`) yields the map's entries
+//!   below the tail, the tail's, then the map's from the fence: key order.
 
 use std::collections::btree_map;
 use std::collections::BTreeMap;
@@ -33,10 +43,19 @@ use std::ops::Bound;
 
 type Value = Option<Vec<u8>>;
 
+/// Ascending map inserts in a row after which the tail restarts there.
+const RESTART_STREAK: usize = 8;
+
 #[derive(Default, Debug)]
 pub struct WriteBuffer {
     map: BTreeMap<Vec<u8>, Value>,
     tail: Vec<(Vec<u8>, Value)>,
+    /// The smallest map key above the tail (see the module docs).
+    fence: Option<Vec<u8>>,
+    /// The key of the last insert that went to the map, and how many
+    /// such inserts in a row ascended.
+    last_map_key: Vec<u8>,
+    streak: usize,
 }
 
 /// A key's place in a [`WriteBuffer`], as `BTreeMap::entry` gives it.
@@ -116,11 +135,11 @@ impl WriteBuffer {
     }
 
     /// Where `key` is in the tail: `Some(Ok(i))` at `i`, `Some(Err(()))`
-    /// inside the tail's range but absent, `None` below the tail (or no
-    /// tail).
+    /// inside the tail's range but absent, `None` below or above the tail
+    /// (or no tail).
     fn in_tail(&self, key: &[u8]) -> Option<Result<usize, ()>> {
-        let first = self.tail.first()?;
-        if key < first.0.as_slice() {
+        let (first, last) = (self.tail.first()?, self.tail.last()?);
+        if key < first.0.as_slice() || key > last.0.as_slice() {
             return None;
         }
         Some(
@@ -130,10 +149,13 @@ impl WriteBuffer {
         )
     }
 
-    /// Whether `key` is above every buffered key.
-    fn is_above_all(&self, key: &[u8]) -> bool {
+    /// Whether `key` may be pushed onto the tail: after its last key and
+    /// below the fence (with no tail: above every map key).
+    fn is_appendable(&self, key: &[u8]) -> bool {
         match self.tail.last() {
-            Some((last, _)) => key > last.as_slice(),
+            Some((last, _)) => {
+                key > last.as_slice() && self.fence.as_deref().is_none_or(|f| key < f)
+            }
             None => self
                 .map
                 .last_key_value()
@@ -144,6 +166,7 @@ impl WriteBuffer {
     /// Moves the tail into the map (see the module docs).
     fn flush_tail(&mut self) {
         let tail = std::mem::take(&mut self.tail);
+        self.fence = None;
         if tail.len() >= self.map.len() / 8 {
             // Large next to the map: one merge of the two sorted trees.
             let mut other: BTreeMap<Vec<u8>, Value> = tail.into_iter().collect();
@@ -153,14 +176,39 @@ impl WriteBuffer {
         }
     }
 
+    /// Notes an insert of `key` into the map; returns whether the map
+    /// inserts ascend in a run long enough to restart the tail there.
+    fn note_map_insert(&mut self, key: &[u8]) -> bool {
+        if !self.last_map_key.is_empty() && key > self.last_map_key.as_slice() {
+            self.streak += 1;
+        } else {
+            self.streak = 0;
+        }
+        self.last_map_key.clear();
+        self.last_map_key.extend_from_slice(key);
+        self.streak >= RESTART_STREAK
+    }
+
     pub fn entry(&mut self, key: Vec<u8>) -> Entry<'_> {
-        if self.is_above_all(&key) {
+        if self.is_appendable(&key) {
             return Entry::Vacant(Vacant::Append(&mut self.tail, key));
         }
         match self.in_tail(&key) {
             Some(Ok(i)) => return Entry::Occupied(Occupied::Tail(&mut self.tail[i])),
             Some(Err(())) => self.flush_tail(),
             None => {}
+        }
+        if self.note_map_insert(&key) && !self.map.contains_key(&key) {
+            // The tail restarts at `key`: everything buffered stays below
+            // it or at or above the new fence.
+            self.flush_tail();
+            self.streak = 0;
+            self.fence = self
+                .map
+                .range::<[u8], _>((Bound::Excluded(key.as_slice()), Bound::Unbounded))
+                .next()
+                .map(|(k, _)| k.clone());
+            return Entry::Vacant(Vacant::Append(&mut self.tail, key));
         }
         match self.map.entry(key) {
             btree_map::Entry::Occupied(e) => Entry::Occupied(Occupied::Map(e)),
@@ -176,27 +224,76 @@ impl WriteBuffer {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&Value> {
-        match self.in_tail(key) {
-            Some(Ok(i)) => Some(&self.tail[i].1),
-            Some(Err(())) => None,
-            None => self.map.get(key),
+        // Between the tail's first key and the fence only the tail can
+        // hold it; after the tail's last key (a load checking the key it
+        // is about to append) it is absent without a search.
+        if let (Some((first, _)), Some((last, _))) = (self.tail.first(), self.tail.last()) {
+            if key >= first.as_slice() && self.fence.as_deref().is_none_or(|f| key < f) {
+                if key > last.as_slice() {
+                    return None;
+                }
+                return self
+                    .tail
+                    .binary_search_by(|(k, _)| k.as_slice().cmp(key))
+                    .ok()
+                    .map(|i| &self.tail[i].1);
+            }
         }
+        self.map.get(key)
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Value> {
         match self.in_tail(key) {
-            Some(Ok(i)) if i + 1 == self.tail.len() => self.tail.pop().map(|(_, v)| v),
+            Some(Ok(i)) if i + 1 == self.tail.len() => {
+                let v = self.tail.pop().map(|(_, v)| v);
+                if self.tail.is_empty() {
+                    self.fence = None;
+                }
+                v
+            }
             Some(Ok(_)) => {
                 self.flush_tail();
                 self.map.remove(key)
             }
             Some(Err(())) => None,
-            None => self.map.remove(key),
+            None => {
+                let v = self.map.remove(key);
+                if v.is_some() && self.fence.as_deref() == Some(key) {
+                    let next = self.map_above_tail().next().map(|(k, _)| k.clone());
+                    self.fence = next;
+                }
+                v
+            }
         }
     }
 
+    /// The map's entries below the tail (all of them when there is none).
+    fn map_below_tail(&self) -> btree_map::Range<'_, Vec<u8>, Value> {
+        match self.tail.first() {
+            Some((first, _)) => self
+                .map
+                .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(first.as_slice()))),
+            None => self.map.range::<[u8], _>(..),
+        }
+    }
+
+    /// The map's entries above the tail (none when there is no tail).
+    fn map_above_tail(&self) -> impl Iterator<Item = (&Vec<u8>, &Value)> {
+        self.tail
+            .last()
+            .map(|(last, _)| {
+                self.map
+                    .range::<[u8], _>((Bound::Excluded(last.as_slice()), Bound::Unbounded))
+            })
+            .into_iter()
+            .flatten()
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = &Vec<u8>> {
-        self.map.keys().chain(self.tail.iter().map(|(k, _)| k))
+        self.map_below_tail()
+            .map(|(k, _)| k)
+            .chain(self.tail.iter().map(|(k, _)| k))
+            .chain(self.map_above_tail().map(|(k, _)| k))
     }
 
     /// The entries in `range`, in key order (a range `BTreeMap::range`
@@ -216,9 +313,19 @@ impl WriteBuffer {
             Bound::Unbounded => self.tail.len(),
         };
         let tail = self.tail.get(from..to.max(from)).unwrap_or_default();
-        self.map
-            .range(range)
-            .chain(tail.iter().map(|(k, v)| (k, v)))
+        // The map's part of the range, below the tail and above it.
+        let below = self.map.range(range.clone()).take_while(|(k, _)| {
+            self.tail
+                .first()
+                .is_none_or(|(first, _)| k.as_slice() < first.as_slice())
+        });
+        let above = self.map.range(range).skip_while(|(k, _)| {
+            self.tail
+                .first()
+                .is_some_and(|(first, _)| k.as_slice() < first.as_slice())
+        });
+        let above = above.filter(|_| !self.tail.is_empty());
+        below.chain(tail.iter().map(|(k, v)| (k, v))).chain(above)
     }
 }
 
@@ -231,20 +338,25 @@ impl WriteBuffer {
         if self.map.is_empty() {
             return self.tail;
         }
-        let mut all = Vec::with_capacity(self.map.len() + self.tail.len());
-        all.extend(self.map);
-        all.extend(self.tail);
+        let (mut map, tail) = (self.map, self.tail);
+        let above = match tail.first() {
+            Some((first, _)) => map.split_off(first),
+            None => BTreeMap::new(),
+        };
+        let mut all = Vec::with_capacity(map.len() + tail.len() + above.len());
+        all.extend(map);
+        all.extend(tail);
+        all.extend(above);
         all
     }
 }
 
 impl IntoIterator for WriteBuffer {
     type Item = (Vec<u8>, Value);
-    type IntoIter =
-        std::iter::Chain<btree_map::IntoIter<Vec<u8>, Value>, std::vec::IntoIter<(Vec<u8>, Value)>>;
+    type IntoIter = std::vec::IntoIter<(Vec<u8>, Value)>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.map.into_iter().chain(self.tail)
+        self.into_vec().into_iter()
     }
 }
 
@@ -362,5 +474,40 @@ mod tests {
         assert_eq!(buf.remove(&key(300)), Some(Some(vec![]))); // inside: the map takes the tail
         assert_eq!((buf.map.len(), buf.tail.len()), (990, 0));
         assert_eq!(buf.len(), 990);
+    }
+
+    /// pgbench's load: a few rows of a table that sorts high, then a long
+    /// ascending run below them. After a short streak of map inserts the
+    /// run gets the tail, fenced by the rows above it.
+    #[test]
+    fn a_run_below_the_tail_gets_a_tail_of_its_own() {
+        let mut buf = WriteBuffer::default();
+        for k in 900..910 {
+            buf.insert(key(k), Some(vec![]));
+        }
+        for k in 100..400 {
+            buf.insert(key(k), Some(vec![1]));
+        }
+        // The first map insert starts the streak; the ninth restarts the tail.
+        let streak = RESTART_STREAK;
+        assert_eq!(buf.tail.len(), 300 - streak);
+        assert_eq!(buf.map.len(), 10 + streak);
+        assert_eq!(buf.fence, Some(key(900)));
+        // Above the fence: the map; the run's keys read back from the tail.
+        buf.insert(key(950), None);
+        assert_eq!(buf.tail.len(), 300 - streak);
+        assert_eq!(buf.get(&key(250)), Some(&Some(vec![1])));
+        assert_eq!(buf.get(&key(905)), Some(&Some(vec![])));
+        let keys: Vec<Vec<u8>> = buf.keys().cloned().collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert_eq!(keys.len(), 311);
+        // Removing the fence moves it to the next map key above the tail.
+        assert_eq!(buf.remove(&key(900)), Some(Some(vec![])));
+        assert_eq!(buf.fence, Some(key(901)));
+        let all = buf.into_vec();
+        assert_eq!(all.len(), 310);
+        assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
     }
 }
