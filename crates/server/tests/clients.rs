@@ -168,6 +168,18 @@ fn pgbench_binary() -> Option<String> {
     works(probe).then(|| "pgbench".to_string())
 }
 
+/// A tokio-postgres client of the test server on `port`.
+async fn connect(port: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=spindle dbname=spindle"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
 /// Rows in the pgbench table.
 const ACCOUNTS: usize = 100;
 
@@ -238,13 +250,7 @@ fn pgbench_custom_script() {
         .build()
         .unwrap();
     let total: i64 = rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(
-            &format!("host=127.0.0.1 port={port} user=spindle dbname=spindle"),
-            tokio_postgres::NoTls,
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
+        let client = connect(&port).await;
         client
             .query_one("SELECT sum(abalance) FROM accounts", &[])
             .await
@@ -295,13 +301,7 @@ fn pgbench_initializes_and_runs_its_builtin_script() {
         .build()
         .unwrap();
     let sums: Vec<i64> = rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(
-            &format!("host=127.0.0.1 port={port} user=spindle dbname=spindle"),
-            tokio_postgres::NoTls,
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
+        let client = connect(&port).await;
         let mut sums = Vec::new();
         for q in [
             "SELECT count(*), sum(abalance) FROM pgbench_accounts",
