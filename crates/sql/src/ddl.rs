@@ -298,13 +298,6 @@ pub(crate) fn drop_index(
 
 fn delete_index_entries(ctx: &StatementContext, plan: &crate::index::IndexPlan) -> Result<()> {
     let mut txn = ctx.lock()?;
-    delete_index_entries_in(&mut txn, plan)
-}
-
-fn delete_index_entries_in(
-    txn: &mut spindle_txn::Transaction,
-    plan: &crate::index::IndexPlan,
-) -> Result<()> {
     if plan.chain.len() == 1 {
         let mut prefix = Vec::new();
         spindle_keys::key::encode_table_prefix(&mut prefix, plan.index.id);
@@ -312,7 +305,7 @@ fn delete_index_entries_in(
         txn.delete_range(&prefix, end.as_deref())?;
         return Ok(());
     }
-    for k in plan.all_entries(txn)? {
+    for k in plan.all_entries(&txn)? {
         txn.delete(k);
     }
     Ok(())

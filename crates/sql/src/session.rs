@@ -748,6 +748,23 @@ impl<T> Drop for AbortOnDrop<T> {
 /// spellings keep working.
 pub(crate) fn set_returning_aliases(stmt: &mut ast::Statement) {
     use std::ops::ControlFlow;
+    fn is_series(name: &ast::ObjectName) -> bool {
+        matches!(name.0.as_slice(), [part] if part
+            .as_ident()
+            .is_some_and(|i| crate::parser::fold_ident(i) == "generate_series"))
+    }
+    // Most planned statements have no generate_series: one walk of their
+    // relations and nothing else.
+    let has_series = ast::visit_relations(stmt, |name| {
+        if is_series(name) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    if has_series.is_continue() {
+        return;
+    }
     let is_value =
         |i: &ast::Ident| i.quote_style.is_none() && i.value.eq_ignore_ascii_case("value");
     let uses_value = ast::visit_expressions(stmt, |e| match e {
@@ -773,10 +790,7 @@ pub(crate) fn set_returning_aliases(stmt: &mut ast::Statement) {
             else {
                 return ControlFlow::Continue(());
             };
-            let scalar = matches!(name.0.as_slice(), [part] if part
-                .as_ident()
-                .is_some_and(|i| crate::parser::fold_ident(i) == "generate_series"));
-            if !scalar {
+            if !is_series(name) {
                 return ControlFlow::Continue(());
             }
             let alias = alias.get_or_insert_with(|| ast::TableAlias {

@@ -313,19 +313,31 @@ impl WriteBuffer {
             Bound::Unbounded => self.tail.len(),
         };
         let tail = self.tail.get(from..to.max(from)).unwrap_or_default();
-        // The map's part of the range, below the tail and above it.
+        // The map's part of the range below the tail, then above it (from
+        // whichever starts later: the range or the tail's end), each read
+        // once.
         let below = self.map.range(range.clone()).take_while(|(k, _)| {
             self.tail
                 .first()
                 .is_none_or(|(first, _)| k.as_slice() < first.as_slice())
         });
-        let above = self.map.range(range).skip_while(|(k, _)| {
-            self.tail
-                .first()
-                .is_some_and(|(first, _)| k.as_slice() < first.as_slice())
+        let above = self.tail.last().and_then(|(last, _)| {
+            let lower = match range.0 {
+                Bound::Included(s) if s > *last => Bound::Included(s),
+                Bound::Excluded(s) if s >= *last => Bound::Excluded(s),
+                _ => Bound::Excluded(last.clone()),
+            };
+            let nonempty = match (&lower, &range.1) {
+                (_, Bound::Unbounded) | (Bound::Unbounded, _) => true,
+                (Bound::Included(l), Bound::Included(u)) => l <= u,
+                (Bound::Included(l) | Bound::Excluded(l), Bound::Excluded(u))
+                | (Bound::Excluded(l), Bound::Included(u)) => l < u,
+            };
+            nonempty.then(|| self.map.range((lower, range.1)))
         });
-        let above = above.filter(|_| !self.tail.is_empty());
-        below.chain(tail.iter().map(|(k, v)| (k, v))).chain(above)
+        below
+            .chain(tail.iter().map(|(k, v)| (k, v)))
+            .chain(above.into_iter().flatten())
     }
 }
 
