@@ -14,6 +14,7 @@ mod concurrency;
 mod crash;
 mod crash_2pc;
 mod fastpath;
+mod hidden_keys;
 mod indexes;
 mod join_keys;
 mod output_names;

@@ -365,6 +365,7 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
     let codec = RowCodec::new(&catalog, &table)?;
     let indexes = IndexPlan::for_table(&catalog, &table.name)?;
     let mut count = 0u64;
+    let mut hidden_keys = HiddenKeys::default();
     for r in rows {
         let mut full: Vec<Value> = vec![Value::Null; table.columns.len()];
         let mut given = vec![false; table.columns.len()];
@@ -392,6 +393,7 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
             &table,
             &indexes,
             &codec,
+            &mut hidden_keys,
             full,
             &given,
             &on_conflict,
@@ -549,6 +551,7 @@ pub(crate) fn run_insert(
     } else {
         None
     };
+    let mut hidden_keys = HiddenKeys::default();
     for r in &plan.rows {
         // On the stack for up to 16 columns: this runs once per row.
         let mut full: SmallVec<[Value; 16]> = std::iter::repeat_with(|| Value::Null)
@@ -563,7 +566,17 @@ pub(crate) fn run_insert(
             let col = &table.columns[*pos];
             full[*pos] = coerce(v, &col.data_type, &col.name)?;
         }
-        if insert_if_absent(ctx, catalog, table, &plan.codec, &plan.indexes, &mut full)?.is_some() {
+        if insert_if_absent(
+            ctx,
+            catalog,
+            table,
+            &plan.codec,
+            &plan.indexes,
+            &mut hidden_keys,
+            &mut full,
+        )?
+        .is_some()
+        {
             return Err(duplicate_key(table, &key_values(&plan.codec, &full)));
         }
     }
@@ -782,24 +795,59 @@ fn key_values(codec: &RowCodec, full: &[Value]) -> Vec<Value> {
     codec.key_idx().iter().map(|i| full[*i].clone()).collect()
 }
 
-/// Writes `full` (every column of `table`, the hidden key drawn here) as a
-/// new row after the interleave-in-parent check, unless a row with its key
-/// exists: then nothing is written and the key and stored value of that
-/// row come back (its key values are `key_values(codec, full)`).
+/// The hidden keys one statement draws for a table without a primary key
+/// (`_rowid`): a random 64-bit start, then one after another.
+///
+/// ```text
+///   statement 1: r₁, r₁+1, r₁+2, …     statement 2: r₂, r₂+1, …
+///   key space:  ──────[r₂ …]──────────────[r₁ … r₁+n]──────────
+/// ```
+///
+/// Random starts spread statements (and so concurrent writers) over the key
+/// space instead of piling them onto its end; ascending keys within a
+/// statement keep a bulk load on the write buffer's ascending tail and the
+/// transaction's absent-range cache, where random keys went one by one
+/// into the buffer's map and the store. Every key is still checked against
+/// the buffer and the store; a key found taken (another statement's run)
+/// draws a new random start.
+#[derive(Debug, Default)]
+struct HiddenKeys {
+    next: Option<i64>,
+}
+
+impl HiddenKeys {
+    /// The next key to try.
+    fn draw(&mut self) -> i64 {
+        let key = self.next.unwrap_or_else(rand::random::<i64>);
+        // At the top of the range the next key is drawn afresh.
+        self.next = key.checked_add(1);
+        key
+    }
+
+    /// The last key drawn is taken: start a new run.
+    fn taken(&mut self) {
+        self.next = None;
+    }
+}
+
+/// Writes `full` (every column of `table`, the hidden key drawn here from
+/// `hidden_keys`) as a new row after the interleave-in-parent check, unless
+/// a row with its key exists: then nothing is written and the key and
+/// stored value of that row come back (its key values are
+/// `key_values(codec, full)`).
 fn insert_if_absent(
     ctx: &StatementContext,
     catalog: &Catalog,
     table: &Table,
     codec: &RowCodec,
     indexes: &[IndexPlan],
+    hidden_keys: &mut HiddenKeys,
     full: &mut [Value],
 ) -> Result<Option<ExistingRow>> {
-    // Hidden key: a random 64-bit value, so inserts spread over the key
-    // space instead of piling onto its end.
     let hidden = table.columns.iter().position(|c| c.hidden);
     let key = loop {
         if let Some(h) = hidden {
-            full[h] = Value::Int64(rand::random::<i64>());
+            full[h] = Value::Int64(hidden_keys.draw());
         }
         let key = codec.encode_key(full)?;
         if hidden.is_none()
@@ -811,6 +859,7 @@ fn insert_if_absent(
         {
             break key;
         }
+        hidden_keys.taken();
     };
     // Interleave rule: the parent row must exist (IN PARENT only).
     if let Some(il) = &table.interleave {
@@ -868,11 +917,13 @@ async fn write_inserted_row(
     table: &Table,
     indexes: &[IndexPlan],
     codec: &RowCodec,
+    hidden_keys: &mut HiddenKeys,
     mut full: Vec<Value>,
     given: &[bool],
     on_conflict: &OnConflict,
 ) -> Result<bool> {
-    let Some((key, existing)) = insert_if_absent(ctx, catalog, table, codec, indexes, &mut full)?
+    let Some((key, existing)) =
+        insert_if_absent(ctx, catalog, table, codec, indexes, hidden_keys, &mut full)?
     else {
         return Ok(true);
     };
@@ -1560,5 +1611,25 @@ impl CascadePlan {
             txn.delete(k);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HiddenKeys;
+
+    #[test]
+    fn hidden_keys_ascend_and_draw_afresh_at_the_top_or_when_taken() {
+        let mut keys = HiddenKeys {
+            next: Some(i64::MAX - 1),
+        };
+        assert_eq!(keys.draw(), i64::MAX - 1);
+        assert_eq!(keys.draw(), i64::MAX);
+        // No key above the top: the next run starts at random.
+        assert_eq!(keys.next, None);
+        let start = keys.draw();
+        assert_eq!(keys.next, start.checked_add(1));
+        keys.taken();
+        assert_eq!(keys.next, None);
     }
 }
