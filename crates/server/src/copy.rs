@@ -443,47 +443,24 @@ fn one_statement(sql: &str) -> Result<Statement, Error> {
     }
 }
 
-pub(crate) fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+/// The table a COPY's `table` text names, as the catalog knows it
+/// (`public."T"` → `T`).
+pub(crate) fn target_table(table: &str) -> Result<String, Error> {
+    let name = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(table)
+        .and_then(|mut p| p.parse_object_name(false))
+        .map_err(|e| Error::Syntax(e.to_string()))?;
+    spindle_sql::parser::object_name(&name)
 }
 
-/// The INSERT every batch of rows is put into: `INSERT INTO table (cols)
-/// VALUES (…)`, whose rows are replaced by [`insert_rows`].
-pub(crate) fn insert_template(table: &str, columns: &[String]) -> Result<ast::Insert, Error> {
-    let cols: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
-    let nulls = vec!["NULL"; columns.len()].join(", ");
-    let sql = format!("INSERT INTO {table} ({}) VALUES ({nulls})", cols.join(", "));
-    match one_statement(&sql)? {
-        Statement::Insert { insert, .. } => Ok(*insert),
-        _ => Err(Error::Internal(format!("not an INSERT: {sql}"))),
-    }
-}
-
-/// An INSERT of `rows` (text values, `None` for NULL) built from `template`.
-pub(crate) fn insert_rows(template: &ast::Insert, rows: &[Vec<Option<String>>]) -> Statement {
-    let mut insert = template.clone();
-    if let Some(source) = insert.source.as_mut() {
-        if let ast::SetExpr::Values(values) = source.body.as_mut() {
-            values.rows = rows
-                .iter()
-                .map(|r| {
-                    ast::Parens::with_empty_span(
-                        r.iter()
-                            .map(|v| match v {
-                                None => ast::Expr::value(ast::Value::Null),
-                                Some(s) => {
-                                    ast::Expr::value(ast::Value::SingleQuotedString(s.clone()))
-                                }
-                            })
-                            .collect(),
-                    )
-                })
-                .collect();
-        }
-    }
-    Statement::Insert {
-        insert: Box::new(insert),
-        upsert: false,
+/// The statement that inserts one batch of a COPY's rows (text values,
+/// `None` for NULL) into `columns` of `table`: no SQL text or syntax tree
+/// per row.
+pub(crate) fn insert_rows(table: &str, columns: &[String], rows: Vec<Row>) -> Statement {
+    Statement::InsertText {
+        table: table.to_string(),
+        columns: columns.to_vec(),
+        rows,
     }
 }
 
@@ -493,7 +470,9 @@ pub(crate) fn insert_rows(template: &ast::Insert, rows: &[Vec<Option<String>>]) 
 /// A `COPY … FROM STDIN` receiving its data.
 pub(crate) struct Pending {
     table: String,
-    template: ast::Insert,
+    /// The table as the catalog names it, and the columns the data fills.
+    target: String,
+    columns: Vec<String>,
     reader: Reader,
     /// Parsed rows waiting for a full batch (fewer than [`INSERT_BATCH`]).
     rows: Vec<Row>,
@@ -521,7 +500,11 @@ impl Pending {
         self.rows.extend(rows);
         while self.rows.len() >= INSERT_BATCH {
             let batch: Vec<Row> = self.rows.drain(..INSERT_BATCH).collect();
-            self.inserted += insert_all(session, &self.template, &batch).await?;
+            // Boxed: the insert's future is large, and this one is moved
+            // into a box for every CopyData message (pgwire's handler is
+            // an async trait), one message per row from some clients.
+            self.inserted +=
+                Box::pin(insert_all(session, &self.target, &self.columns, batch)).await?;
         }
         Ok(())
     }
@@ -531,7 +514,7 @@ impl Pending {
         let rows = self.reader.finish()?;
         self.rows.extend(rows);
         let rows = std::mem::take(&mut self.rows);
-        self.inserted += insert_all(session, &self.template, &rows).await?;
+        self.inserted += insert_all(session, &self.target, &self.columns, rows).await?;
         Ok(())
     }
 
@@ -724,8 +707,8 @@ impl Handler {
             .columns
             .ok_or_else(|| Error::Internal(format!("COPY target {name} has no columns")))?;
         let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-        let template = insert_template(&name, &columns)?;
-        let reader = Reader::new(spec.format, &name, columns)?;
+        let target = target_table(&name)?;
+        let reader = Reader::new(spec.format, &name, columns.clone())?;
         // Outside a transaction block the COPY is one transaction of its
         // own, begun now: rows go into it as they arrive.
         let own_txn = !session.in_transaction();
@@ -736,7 +719,8 @@ impl Handler {
         }
         Ok(Pending {
             table: name,
-            template,
+            target,
+            columns,
             reader,
             rows: Vec::new(),
             inserted: 0,
@@ -779,13 +763,16 @@ impl Handler {
 
 async fn insert_all(
     session: &mut Session,
-    template: &ast::Insert,
-    rows: &[Row],
+    table: &str,
+    columns: &[String],
+    mut rows: Vec<Row>,
 ) -> Result<u64, Error> {
     let mut n = 0;
-    for chunk in rows.chunks(INSERT_BATCH) {
+    while !rows.is_empty() {
+        let rest = rows.split_off(rows.len().min(INSERT_BATCH));
+        let batch = std::mem::replace(&mut rows, rest);
         if let Output::Command { rows, .. } = session
-            .execute_statement(insert_rows(template, chunk))
+            .execute_statement(insert_rows(table, columns, batch))
             .await?
         {
             n += rows;
@@ -817,7 +804,7 @@ impl CopyHandler for Handler {
             p.feed(&mut session, &copy_data.data).await
         };
         if let Err(e) = r {
-            p.abandon(&mut session).await;
+            Box::pin(p.abandon(&mut session)).await;
             p.error = Some(e);
         }
         Ok(())

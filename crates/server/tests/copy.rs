@@ -638,3 +638,55 @@ async fn a_conflicting_copy_is_retried_when_its_data_was_kept() {
     );
     assert_eq!(count(&client, "albums").await, 1500);
 }
+
+/// COPY into a schema-qualified, quoted table name, with a column list
+/// whose missing columns take their defaults, and into a table without a
+/// primary key (hidden keys), past one insert batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_into_qualified_names_defaults_and_keyless_tables() {
+    let addr = start().await;
+    let client = connect(addr).await;
+    client
+        .batch_execute(
+            "CREATE TABLE \"Mixed\" (id bigint PRIMARY KEY, note varchar(20) DEFAULT 'dflt', n bigint);
+             CREATE TABLE nokey (a bigint, b text)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        copy_in(
+            &client,
+            "COPY public.\"Mixed\" (n, id) FROM STDIN",
+            "10\t1\n\\N\t2\n"
+        )
+        .await
+        .unwrap(),
+        2
+    );
+    assert_eq!(
+        rows(&client, "SELECT id, note, n FROM \"Mixed\" ORDER BY id").await,
+        vec![vec!["1", "dflt", "10"], vec!["2", "dflt", "NULL"]]
+    );
+    // A value that is not its column's type: 22P02, nothing written.
+    let e = copy_in(&client, "COPY \"Mixed\" (id) FROM STDIN", "3\nx\n")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22P02", "{e:?}");
+    assert_eq!(count(&client, "\"Mixed\"").await, 2);
+
+    let data: String = (1..=25_000).map(|i| format!("{i}\tr{i}\n")).collect();
+    assert_eq!(
+        copy_in(&client, "COPY nokey FROM STDIN", &data)
+            .await
+            .unwrap(),
+        25_000
+    );
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT count(*), count(DISTINCT a), sum(a), min(b) FROM nokey"
+        )
+        .await,
+        vec![vec!["25000", "25000", "312512500", "r1"]]
+    );
+}

@@ -268,34 +268,17 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
     }
 
     // Target columns.
-    let visible: Vec<usize> = (0..table.columns.len())
-        .filter(|i| !table.columns[*i].hidden)
+    let names: Vec<String> = ins
+        .columns
+        .iter()
+        .map(|c| {
+            c.0.last()
+                .and_then(|p| p.as_ident())
+                .map(fold_ident)
+                .unwrap_or_default()
+        })
         .collect();
-    let targets: Vec<usize> = if ins.columns.is_empty() {
-        visible.clone()
-    } else {
-        let mut t = Vec::new();
-        for c in &ins.columns {
-            let name =
-                c.0.last()
-                    .and_then(|p| p.as_ident())
-                    .map(fold_ident)
-                    .unwrap_or_default();
-            let idx = table
-                .column_index(&name)
-                .filter(|i| !table.columns[*i].hidden)
-                .ok_or_else(|| {
-                    spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
-                })?;
-            if t.contains(&idx) {
-                return Err(Error::Syntax(format!(
-                    "column \"{name}\" specified more than once"
-                )));
-            }
-            t.push(idx);
-        }
-        t
-    };
+    let targets = target_columns(&table, &names)?;
 
     // Source rows: None marks DEFAULT.
     let source = ins
@@ -360,10 +343,78 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
         }
     }
 
+    insert_rows(ctx, &catalog, &table, &targets, rows, &on_conflict).await
+}
+
+/// The columns of `table` named `names` (all visible columns when none
+/// are named), as indexes.
+fn target_columns(table: &Table, names: &[String]) -> Result<Vec<usize>> {
+    if names.is_empty() {
+        return Ok((0..table.columns.len())
+            .filter(|i| !table.columns[*i].hidden)
+            .collect());
+    }
+    let mut t = Vec::with_capacity(names.len());
+    for name in names {
+        let idx = table
+            .column_index(name)
+            .filter(|i| !table.columns[*i].hidden)
+            .ok_or_else(|| {
+                spindle_catalog::Error::NoSuchColumn(name.clone(), table.name.clone())
+            })?;
+        if t.contains(&idx) {
+            return Err(Error::Syntax(format!(
+                "column \"{name}\" specified more than once"
+            )));
+        }
+        t.push(idx);
+    }
+    Ok(t)
+}
+
+/// Rows of text values, as `COPY … FROM` delivers them (`None` for NULL),
+/// inserted into `table`'s columns `columns` (all visible columns when
+/// empty; the others take their defaults): what `INSERT INTO table
+/// (columns) VALUES ('text', NULL, …), …` does, without building and
+/// walking that statement. Each value is assigned to its column as a
+/// string literal would be.
+pub(crate) async fn insert_text_rows(
+    ctx: &StatementContext,
+    table: &str,
+    columns: &[String],
+    rows: Vec<Vec<Option<String>>>,
+) -> Result<u64> {
+    let catalog = ctx.catalog()?;
+    let table = catalog.get_table(table)?.clone();
+    let targets = target_columns(&table, columns)?;
+    let mut values = Vec::with_capacity(rows.len());
+    for r in rows {
+        if r.len() != targets.len() {
+            return Err(arity_error(r.len(), targets.len()));
+        }
+        values.push(
+            r.into_iter()
+                .map(|v| Some(v.map_or(Value::Null, Value::String)))
+                .collect(),
+        );
+    }
+    insert_rows(ctx, &catalog, &table, &targets, values, &OnConflict::Error).await
+}
+
+/// Inserts `rows` (values for `targets`, in order; `None` marks DEFAULT)
+/// into `table`: the number of rows written.
+async fn insert_rows(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    table: &Table,
+    targets: &[usize],
+    rows: Vec<Vec<Option<Value>>>,
+    on_conflict: &OnConflict,
+) -> Result<u64> {
     // Defaults, evaluated once per statement when needed.
     let mut defaults: Vec<Option<Value>> = vec![None; table.columns.len()];
-    let codec = RowCodec::new(&catalog, &table)?;
-    let indexes = IndexPlan::for_table(&catalog, &table.name)?;
+    let codec = RowCodec::new(catalog, table)?;
+    let indexes = IndexPlan::for_table(catalog, &table.name)?;
     let mut count = 0u64;
     let mut hidden_keys = HiddenKeys::default();
     for r in rows {
@@ -389,14 +440,14 @@ pub(crate) async fn insert(ctx: &StatementContext, ins: ast::Insert, upsert: boo
         }
         let wrote = write_inserted_row(
             ctx,
-            &catalog,
-            &table,
+            catalog,
+            table,
             &indexes,
             &codec,
             &mut hidden_keys,
             full,
             &given,
-            &on_conflict,
+            on_conflict,
         )
         .await?;
         if wrote {

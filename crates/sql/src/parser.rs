@@ -116,6 +116,15 @@ pub enum Statement {
         insert: Box<ast::Insert>,
         upsert: bool,
     },
+    /// Rows of text values for `table`'s `columns` (all visible columns
+    /// when empty), as `COPY … FROM` delivers them (`None` for NULL): an
+    /// INSERT of string literals without its SQL. Made by the wire
+    /// server's COPY, never parsed.
+    InsertText {
+        table: String,
+        columns: Vec<String>,
+        rows: Vec<Vec<Option<String>>>,
+    },
     Update(Box<ast::Update>),
     Delete(Box<ast::Delete>),
     /// A query (or EXPLAIN) planned and run by DataFusion.
@@ -146,7 +155,7 @@ impl Statement {
             Statement::Begin { .. } => "BEGIN",
             Statement::Commit => "COMMIT",
             Statement::Rollback => "ROLLBACK",
-            Statement::Insert { .. } => "INSERT",
+            Statement::Insert { .. } | Statement::InsertText { .. } => "INSERT",
             Statement::Update(_) => "UPDATE",
             Statement::Delete(_) => "DELETE",
             Statement::Query(_) | Statement::ExplainDml(_) => "SELECT",

@@ -542,6 +542,14 @@ impl StatementContext {
                 let n = dml::insert(self, insert, upsert).await?;
                 Ok(Output::counted("INSERT 0", n))
             }
+            Statement::InsertText {
+                table,
+                columns,
+                rows,
+            } => {
+                let n = dml::insert_text_rows(self, &table, &columns, rows).await?;
+                Ok(Output::counted("INSERT 0", n))
+            }
             Statement::Update(update) => {
                 let mut stmt = ast::Statement::Update(*update);
                 dml::rewrite_pending_commit_timestamp(&mut stmt);
