@@ -399,6 +399,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
     }
 
     pub(crate) fn finalize_dirty_checksums(&mut self) -> Result<Option<BtreeHeader>> {
+        self.insert_run.forget_hot_leaf();
         let mut tree = UntypedBtreeMut::new(
             self.get_root(),
             self.page_allocator.clone(),
@@ -434,6 +435,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
     }
 
     pub(crate) fn set_root(&mut self, root: Option<BtreeHeader>) {
+        self.insert_run.forget_hot_leaf();
         self.root = root;
     }
 
@@ -441,6 +443,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
         &mut self,
         relocation_map: &PageNumberHashMap<PageNumber>,
     ) -> Result<bool> {
+        self.insert_run.forget_hot_leaf();
         let mut tree = UntypedBtreeMut::new(
             self.get_root(),
             self.page_allocator.clone(),
@@ -490,6 +493,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
         key: &K::SelfType<'_>,
         value: &V::SelfType<'_>,
     ) -> Result<()> {
+        self.insert_run.forget_hot_leaf();
         let mut fake_freed_pages = vec![];
         let fake_allocated_pages = Arc::new(PageTracker::closed());
         let mut operation = MutateHelper::<K, V>::new(
@@ -524,6 +528,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
     }
 
     pub(crate) fn remove(&mut self, key: &K::SelfType<'_>) -> Result<Option<AccessGuard<'_, V>>> {
+        self.insert_run.forget_hot_leaf();
         #[cfg(feature = "logging")]
         trace!("Btree(root={:?}): Deleting {:?}", &self.root, key);
         let mut operation: MutateHelper<'_, '_, K, V> = MutateHelper::new(
@@ -539,6 +544,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
 
     // Removes and returns the leftmost entry in the tree, if any, in a single tree descent.
     pub(crate) fn pop_first(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.insert_run.forget_hot_leaf();
         let mut cursor: CursorMut<'_, '_, K, V> = CursorMut::new(
             &mut self.root,
             &self.page_allocator,
@@ -554,6 +560,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
 
     // Removes and returns the rightmost entry in the tree, if any, in a single tree descent.
     pub(crate) fn pop_last(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.insert_run.forget_hot_leaf();
         let mut cursor: CursorMut<'_, '_, K, V> = CursorMut::new(
             &mut self.root,
             &self.page_allocator,
@@ -600,6 +607,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
         &mut self,
         key: &K::SelfType<'_>,
     ) -> Result<Option<AccessGuardMut<'_, V>>> {
+        self.insert_run.forget_hot_leaf();
         if let Some(ref mut root) = self.root {
             let key_bytes = K::as_bytes(key);
             let query = key_bytes.as_ref();
@@ -749,6 +757,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
         upper_bound: Bound<Vec<u8>>,
         predicate: F,
     ) -> Result<BtreeExtractIf<'a, K, V, F>> {
+        self.insert_run.forget_hot_leaf();
         let result = BtreeExtractIf::new(
             &mut self.root,
             lower_bound,
@@ -772,6 +781,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
     // The tree-level cursor behind the public `CursorMut`. The caller
     // positions it with its seek methods before use.
     pub(crate) fn cursor_mut(&mut self) -> BtreeCursorMut<'_, K, V> {
+        self.insert_run.forget_hot_leaf();
         BtreeCursorMut::new(
             &mut self.root,
             self.page_allocator.clone(),
@@ -790,6 +800,7 @@ impl<K: Key + 'static, V: Value + 'static> BtreeMut<K, V> {
         upper_bound: Bound<Vec<u8>>,
         poisoned: &mut bool,
     ) -> Result {
+        self.insert_run.forget_hot_leaf();
         if self.root.is_none() || bounds_are_empty::<K>(&lower_bound, &upper_bound) {
             return Ok(());
         }
@@ -887,6 +898,7 @@ impl<K: Key + 'static, V: MutInPlaceValue + 'static> BtreeMut<K, V> {
         key: &K::SelfType<'_>,
         value_length: usize,
     ) -> Result<AccessGuardMutInPlace<'_, V>> {
+        self.insert_run.forget_hot_leaf();
         #[cfg(feature = "logging")]
         trace!(
             "Btree(root={:?}): Inserting {:?} with {} reserved bytes for the value",

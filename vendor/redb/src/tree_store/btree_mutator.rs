@@ -98,13 +98,40 @@ struct InsertionResult<'a, V: Value + 'static> {
 // a table's growing key range): the leaf such an insert overflows is split after the new
 // key, not in the middle, since the run moves on past the keys before it and never
 // refills the half of the leaf an even split would leave empty.
+//
+// Spindle (change 11): it also keeps the *hot leaf*, the uncommitted leaf the last insert
+// added a new key to in place, with the tree's root page then and the leaf's upper bound
+// (the separator of the lowest branch on its path where it was not the last child: every
+// key of the leaf's subtree is <= it; none when the leaf is the tree's last). A key greater
+// than the hot leaf's last key and within that bound belongs in the hot leaf, after its
+// last key: if the leaf has room, it is appended there without a descent from the root.
+// The path above the leaf needs no change: the leaf is uncommitted, so every page on its
+// path is too (copy-on-write replaced them in this transaction), and the insert that made
+// it hot left their checksums of it DEFERRED. Every other operation on the tree forgets
+// the hot leaf (`BtreeMut`), since it may move or free it or finalize those checksums;
+// an insert by the full descent sets it again.
 #[derive(Default)]
 pub(crate) struct InsertRun {
     key: Vec<u8>,
     valid: bool,
+    hot: Option<HotLeaf>,
+    // The bound of the descent under way, and the leaf it added a key to in place.
+    descent_bound: Vec<u8>,
+    descent_bounded: bool,
+    descent_leaf: Option<PageNumber>,
+}
+
+struct HotLeaf {
+    page: PageNumber,
+    root: PageNumber,
+    bound: Option<Vec<u8>>,
 }
 
 impl InsertRun {
+    pub(crate) fn forget_hot_leaf(&mut self) {
+        self.hot = None;
+    }
+
     fn follows(&self, previous: &[u8]) -> bool {
         self.valid && self.key == previous
     }
@@ -711,6 +738,17 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
         key: &K::SelfType<'_>,
         value: &V::SelfType<'_>,
     ) -> Result<(Option<AccessGuard<'a, V>>, AccessGuardMutInPlace<'a, V>)> {
+        if let Some(appended) = self.append_to_hot_leaf(
+            K::as_bytes(key).as_ref(),
+            V::as_bytes(value).as_ref(),
+        )? {
+            return Ok((None, appended));
+        }
+        if let Some(run) = self.run.as_deref_mut() {
+            run.hot = None;
+            run.descent_bounded = false;
+            run.descent_leaf = None;
+        }
         let (new_root, old_value, guard) = if let Some(BtreeHeader {
             root: p,
             checksum,
@@ -724,6 +762,15 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
                 V::as_bytes(value).as_ref(),
                 true,
             )?;
+            if let Some(run) = self.run.as_deref_mut() {
+                if let (Some(page), None) = (run.descent_leaf, &result.additional_sibling) {
+                    run.hot = Some(HotLeaf {
+                        page,
+                        root: result.new_root,
+                        bound: run.descent_bounded.then(|| run.descent_bound.clone()),
+                    });
+                }
+            }
 
             let new_length = if result.old_value.is_some() {
                 length
@@ -771,6 +818,63 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
 
     // `rightmost` is true when every branch above descended into its last child, so the
     // greatest key in this subtree is also the greatest in the tree
+    // Spindle (change 11): appends `key` to the hot leaf when it belongs after that leaf's
+    // last key and the leaf has room (see `InsertRun`); None when it does not apply.
+    fn append_to_hot_leaf(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<AccessGuardMutInPlace<'a, V>>> {
+        let (Some(run), Some(header)) = (self.run.as_deref_mut(), *self.root) else {
+            return Ok(None);
+        };
+        let Some(hot) = run.hot.as_ref() else {
+            return Ok(None);
+        };
+        if hot.root != header.root
+            || hot
+                .bound
+                .as_deref()
+                .is_some_and(|bound| K::compare(key, bound).is_gt())
+            || !self.page_allocator.uncommitted(hot.page)
+        {
+            run.hot = None;
+            return Ok(None);
+        }
+        let page_number = hot.page;
+        let page = self.page_allocator.get_page(page_number, PageHint::None)?;
+        let accessor = LeafAccessor::new(page.memory(), K::fixed_width(), V::fixed_width());
+        let position = accessor.num_pairs();
+        if position == 0
+            || !K::compare(key, accessor.last_entry().key()).is_gt()
+            || !LeafMutator::sufficient_insert_inplace_space(
+                &page,
+                position,
+                K::fixed_width(),
+                V::fixed_width(),
+                key,
+                value,
+            )
+        {
+            // Not after the leaf's last key, or no room: the full descent decides.
+            run.hot = None;
+            return Ok(None);
+        }
+        run.record(key);
+        drop(page);
+        let mut page_mut = self.page_allocator.get_page_mut(page_number)?;
+        let mut mutator =
+            LeafMutator::new(page_mut.memory_mut(), K::fixed_width(), V::fixed_width());
+        mutator.insert(position, key, value);
+        let accessor = LeafAccessor::new(page_mut.memory(), K::fixed_width(), V::fixed_width());
+        let Some(offset) = accessor.offset_of_value(position) else {
+            unreachable!("the entry was just inserted at this position");
+        };
+        let guard = AccessGuardMutInPlace::new(page_mut, offset, value.len());
+        *self.root = Some(BtreeHeader::new(header.root, DEFERRED, header.length + 1));
+        Ok(Some(guard))
+    }
+
     fn insert_helper(
         &mut self,
         page: PageImpl,
@@ -878,6 +982,10 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
                         mutator.replace(position, value);
                     } else {
                         mutator.insert(position, key, value);
+                        // Spindle (change 11): this leaf may take the next keys directly.
+                        if let Some(run) = self.run.as_deref_mut() {
+                            run.descent_leaf = Some(page_number);
+                        }
                     }
                     let new_page_accessor =
                         LeafAccessor::new(page_mut.memory(), K::fixed_width(), V::fixed_width());
@@ -1080,6 +1188,17 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
                 let accessor = BranchAccessor::new(&page, K::fixed_width());
                 let (child_index, child_page) = accessor.child_for_key::<K>(key);
                 let child_checksum = accessor.child_checksum(child_index).unwrap();
+                // Spindle (change 11): the child's keys are <= its separator (the last
+                // child's are bounded by the branches above).
+                if let (Some(run), Some(separator)) =
+                    (self.run.as_deref_mut(), accessor.key(child_index))
+                {
+                    if child_index + 1 < accessor.count_children() {
+                        run.descent_bound.clear();
+                        run.descent_bound.extend_from_slice(separator);
+                        run.descent_bounded = true;
+                    }
+                }
                 let sub_result = self.insert_helper(
                     self.page_allocator.get_page(child_page, PageHint::None)?,
                     child_checksum,
