@@ -119,12 +119,16 @@ pub(crate) struct InsertRun {
     descent_bound: Vec<u8>,
     descent_bounded: bool,
     descent_leaf: Option<PageNumber>,
+    descent_last: Vec<u8>,
 }
 
 struct HotLeaf {
     page: PageNumber,
     root: PageNumber,
     bound: Option<Vec<u8>>,
+    // A copy of the leaf's last key: a key not after it is turned away without a page
+    // lookup (the leaf itself is checked too before anything is written).
+    last: Vec<u8>,
 }
 
 impl InsertRun {
@@ -768,6 +772,7 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
                         page,
                         root: result.new_root,
                         bound: run.descent_bounded.then(|| run.descent_bound.clone()),
+                        last: run.descent_last.clone(),
                     });
                 }
             }
@@ -828,9 +833,13 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
         let (Some(run), Some(header)) = (self.run.as_deref_mut(), *self.root) else {
             return Ok(None);
         };
-        let Some(hot) = run.hot.as_ref() else {
+        let Some(hot) = run.hot.as_mut() else {
             return Ok(None);
         };
+        if !K::compare(key, &hot.last).is_gt() {
+            // Before the leaf's end: this key goes elsewhere, the leaf may take later ones.
+            return Ok(None);
+        }
         if hot.root != header.root
             || hot
                 .bound
@@ -860,6 +869,8 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
             run.hot = None;
             return Ok(None);
         }
+        hot.last.clear();
+        hot.last.extend_from_slice(key);
         run.record(key);
         drop(page);
         let mut page_mut = self.page_allocator.get_page_mut(page_number)?;
@@ -974,6 +985,16 @@ impl<'a, 'b, K: Key + 'static, V: Value + 'static> MutateHelper<'a, 'b, K, V> {
                     } else {
                         None
                     };
+                    // Spindle (change 11): the leaf's last key once this one is in.
+                    if let (false, Some(run)) = (found, self.run.as_deref_mut()) {
+                        let last = if position == accessor.num_pairs() {
+                            key
+                        } else {
+                            accessor.last_entry().key()
+                        };
+                        run.descent_last.clear();
+                        run.descent_last.extend_from_slice(last);
+                    }
                     drop(page);
                     let mut page_mut = self.page_allocator.get_page_mut(page_number)?;
                     let mut mutator =
