@@ -1,7 +1,7 @@
 //! Tables without a primary key: each row gets a hidden key (`_rowid`).
-//! One statement's rows get consecutive keys from a random start, so a
-//! plain scan (key order) reads each statement's rows back in the order
-//! they were inserted, one run per statement; statements start apart.
+//! One transaction's rows get consecutive keys from a random start, so a
+//! plain scan (key order) reads them back in the order they were
+//! inserted, one run per transaction; transactions start apart.
 
 use spindle::Database;
 
@@ -36,7 +36,7 @@ fn runs(rows: &[(i64, i64)]) -> Vec<(i64, usize)> {
 }
 
 #[test]
-fn one_statements_rows_get_consecutive_hidden_keys() {
+fn one_transactions_rows_get_consecutive_hidden_keys() {
     let db = Database::open_in_memory().unwrap();
     db.execute("CREATE TABLE k (s INT64, g INT64)", &[])
         .unwrap();
@@ -67,6 +67,9 @@ fn one_statements_rows_get_consecutive_hidden_keys() {
     let rows = rows_in_key_order(&db);
     assert_eq!(rows.len(), 740);
     let mut found = runs(&rows);
+    // The transaction's second statement went on where its first ended.
+    let third = found.iter().position(|r| r.0 == 3).unwrap();
+    assert_eq!(found.get(third + 1), Some(&(4, 200)), "{found:?}");
     found.sort();
     // With keys drawn at random per row, 300 rows would read back in the
     // order inserted once in 300! tries.

@@ -416,7 +416,7 @@ async fn insert_rows(
     let codec = RowCodec::new(catalog, table)?;
     let indexes = IndexPlan::for_table(catalog, &table.name)?;
     let mut count = 0u64;
-    let mut hidden_keys = HiddenKeys::default();
+    let mut hidden_keys = HiddenKeys::resume(ctx, table)?;
     for r in rows {
         let mut full: Vec<Value> = vec![Value::Null; table.columns.len()];
         let mut given = vec![false; table.columns.len()];
@@ -454,6 +454,7 @@ async fn insert_rows(
             count += 1;
         }
     }
+    hidden_keys.keep(ctx, table)?;
     Ok(count)
 }
 
@@ -602,7 +603,7 @@ pub(crate) fn run_insert(
     } else {
         None
     };
-    let mut hidden_keys = HiddenKeys::default();
+    let mut hidden_keys = HiddenKeys::resume(ctx, table)?;
     for r in &plan.rows {
         // On the stack for up to 16 columns: this runs once per row.
         let mut full: SmallVec<[Value; 16]> = std::iter::repeat_with(|| Value::Null)
@@ -631,6 +632,7 @@ pub(crate) fn run_insert(
             return Err(duplicate_key(table, &key_values(&plan.codec, &full)));
         }
     }
+    hidden_keys.keep(ctx, table)?;
     Ok(Some(plan.rows.len() as u64))
 }
 
@@ -846,27 +848,51 @@ fn key_values(codec: &RowCodec, full: &[Value]) -> Vec<Value> {
     codec.key_idx().iter().map(|i| full[*i].clone()).collect()
 }
 
-/// The hidden keys one statement draws for a table without a primary key
-/// (`_rowid`): a random 64-bit start, then one after another.
+/// The hidden keys a transaction draws for a table without a primary key
+/// (`_rowid`): a random 64-bit start, then one after another, on across
+/// the transaction's statements (`Transaction::key_run`).
 ///
 /// ```text
-///   statement 1: r₁, r₁+1, r₁+2, …     statement 2: r₂, r₂+1, …
+///   transaction 1: r₁, r₁+1, r₁+2, …     transaction 2: r₂, r₂+1, …
 ///   key space:  ──────[r₂ …]──────────────[r₁ … r₁+n]──────────
 /// ```
 ///
-/// Random starts spread statements (and so concurrent writers) over the key
-/// space instead of piling them onto its end; ascending keys within a
-/// statement keep a bulk load on the write buffer's ascending tail and the
-/// transaction's absent-range cache, where random keys went one by one
-/// into the buffer's map and the store. Every key is still checked against
-/// the buffer and the store; a key found taken (another statement's run)
-/// draws a new random start.
+/// Random starts spread transactions (concurrent writers) over the key
+/// space instead of piling them onto its end; ascending keys within one
+/// keep a bulk load — a COPY's batches are statements of their own — on
+/// the write buffer's ascending tail and the transaction's absent-range
+/// cache, where random keys went one by one into the buffer's map and the
+/// store, and in the order a later re-keying (ADD PRIMARY KEY) finds
+/// already sorted. Every key is still checked against the buffer and the
+/// store; a key found taken (another transaction's run) draws a new
+/// random start.
 #[derive(Debug, Default)]
 struct HiddenKeys {
     next: Option<i64>,
 }
 
 impl HiddenKeys {
+    /// Where `table`'s hidden keys go on in the statement's transaction
+    /// (nothing for a table with a primary key).
+    fn resume(ctx: &StatementContext, table: &Table) -> Result<HiddenKeys> {
+        Ok(HiddenKeys {
+            next: if table.has_hidden_key() {
+                ctx.lock()?.key_run(table.id)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Leaves where the statement's keys ended for the transaction's next
+    /// statement into `table`.
+    fn keep(&self, ctx: &StatementContext, table: &Table) -> Result<()> {
+        if table.has_hidden_key() {
+            ctx.lock()?.set_key_run(table.id, self.next);
+        }
+        Ok(())
+    }
+
     /// The next key to try.
     fn draw(&mut self) -> i64 {
         let key = self.next.unwrap_or_else(rand::random::<i64>);

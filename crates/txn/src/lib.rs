@@ -844,6 +844,7 @@ impl TxnManager {
             refreshable,
             writes: buffer::WriteBuffer::default(),
             absent: AbsentKeys::default(),
+            key_runs: Vec::new(),
             pending: BTreeSet::new(),
             reads: Arc::new(Mutex::new(ReadSet::default())),
             catalog,
@@ -906,6 +907,10 @@ pub struct Transaction {
     writes: buffer::WriteBuffer,
     /// Keys INSERTs found absent, as one stretch of the snapshot.
     absent: AbsentKeys,
+    /// The next key the SQL layer draws in a key space, per key space
+    /// (a key-less table's hidden keys run on across the transaction's
+    /// statements): [`Transaction::key_run`]. Scratch state, not a write.
+    key_runs: Vec<(u32, i64)>,
     /// Keys of `writes` holding the commit-timestamp placeholder (see
     /// [`Transaction::put_pending`]).
     pending: BTreeSet<Vec<u8>>,
@@ -1158,6 +1163,24 @@ impl Transaction {
     /// and no read to the split's load. A present key is a read like any
     /// other (the caller may decide on it without writing: a duplicate-key
     /// error, `ON CONFLICT DO NOTHING`).
+    /// Where the SQL layer's keys generated in key space `space` go on
+    /// in this transaction (`None`: none drawn yet, or the run ended).
+    /// Nothing here is checked: the keys are still inserted as any other.
+    pub fn key_run(&self, space: u32) -> Option<i64> {
+        self.key_runs
+            .iter()
+            .find(|(s, _)| *s == space)
+            .map(|(_, next)| *next)
+    }
+
+    /// Sets (`None`: forgets) where keys generated in `space` go on.
+    pub fn set_key_run(&mut self, space: u32, next: Option<i64>) {
+        self.key_runs.retain(|(s, _)| *s != space);
+        if let Some(next) = next {
+            self.key_runs.push((space, next));
+        }
+    }
+
     pub fn get_for_insert(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(w) = self.own_write(key)? {
             return Ok(w.clone());
