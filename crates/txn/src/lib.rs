@@ -958,9 +958,20 @@ struct WriteSet {
 impl WriteSet {
     fn new<'a>(keys: impl IntoIterator<Item = &'a [u8]>) -> WriteSet {
         let mut keys: Vec<&[u8]> = keys.into_iter().collect();
-        // The buffer is in key order; only the catalog key is appended.
-        if !keys.is_sorted() {
-            keys.sort_unstable();
+        // The buffer is in key order; only the catalog key is appended
+        // (a DDL commit): it is moved into place rather than the whole
+        // list sorted again (a million-row ADD PRIMARY KEY spent 10% of
+        // its time in that sort).
+        let ascending = |keys: &[&[u8]]| keys.is_sorted_by(|a, b| a < b);
+        if !ascending(&keys) {
+            let n = keys.len();
+            if ascending(&keys[..n - 1]) {
+                let last = keys[n - 1];
+                let at = keys[..n - 1].partition_point(|k| *k < last);
+                keys[at..].rotate_right(1);
+            } else {
+                keys.sort_unstable();
+            }
             keys.dedup();
         }
         let mut set = WriteSet {
@@ -2207,6 +2218,25 @@ mod tests {
                 let want = tree.range((Bound::Included(start.clone()), upper)).next().is_some();
                 proptest::prop_assert_eq!(set.any_in(&start, end.as_deref()), want);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// A write set of keys in order plus one more at the end (a DDL
+        /// commit's catalog key) holds the keys sorted, each once.
+        #[test]
+        fn a_write_set_puts_a_last_key_in_its_place(
+            keys in proptest::collection::btree_set(proptest::collection::vec(0u8..4, 0..4), 0..40),
+            last in proptest::collection::vec(0u8..4, 0..4),
+        ) {
+            let mut all: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+            all.push(&last);
+            let set = WriteSet::new(all);
+            let mut tree = keys.clone();
+            tree.insert(last.clone());
+            let got: Vec<&[u8]> = (0..set.ends.len()).map(|i| set.key(i)).collect();
+            let want: Vec<&[u8]> = tree.iter().map(|k| k.as_slice()).collect();
+            proptest::prop_assert_eq!(got, want);
         }
     }
 
