@@ -453,17 +453,6 @@ pub(crate) fn target_table(table: &str) -> Result<String, Error> {
     spindle_sql::parser::object_name(&name)
 }
 
-/// The statement that inserts one batch of a COPY's rows (text values,
-/// `None` for NULL) into `columns` of `table`: no SQL text or syntax tree
-/// per row.
-pub(crate) fn insert_rows(table: &str, columns: &[String], rows: Vec<Row>) -> Statement {
-    Statement::InsertText {
-        table: table.to_string(),
-        columns: columns.to_vec(),
-        rows,
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The protocol
 
@@ -504,7 +493,7 @@ impl Pending {
             // into a box for every CopyData message (pgwire's handler is
             // an async trait), one message per row from some clients.
             self.inserted +=
-                Box::pin(insert_all(session, &self.target, &self.columns, batch)).await?;
+                Box::pin(insert_batch(session, &self.target, &self.columns, batch)).await?;
         }
         Ok(())
     }
@@ -514,7 +503,7 @@ impl Pending {
         let rows = self.reader.finish()?;
         self.rows.extend(rows);
         let rows = std::mem::take(&mut self.rows);
-        self.inserted += insert_all(session, &self.target, &self.columns, rows).await?;
+        self.inserted += insert_batch(session, &self.target, &self.columns, rows).await?;
         Ok(())
     }
 
@@ -761,24 +750,27 @@ impl Handler {
     }
 }
 
-async fn insert_all(
+/// Inserts one batch of a COPY's rows (text values, `None` for NULL; at
+/// most [`INSERT_BATCH`]) into `columns` of `table` as one statement: no
+/// SQL text or syntax tree per row.
+async fn insert_batch(
     session: &mut Session,
     table: &str,
     columns: &[String],
-    mut rows: Vec<Row>,
+    rows: Vec<Row>,
 ) -> Result<u64, Error> {
-    let mut n = 0;
-    while !rows.is_empty() {
-        let rest = rows.split_off(rows.len().min(INSERT_BATCH));
-        let batch = std::mem::replace(&mut rows, rest);
-        if let Output::Command { rows, .. } = session
-            .execute_statement(insert_rows(table, columns, batch))
-            .await?
-        {
-            n += rows;
-        }
+    if rows.is_empty() {
+        return Ok(0);
     }
-    Ok(n)
+    let stmt = Statement::InsertText {
+        table: table.to_string(),
+        columns: columns.to_vec(),
+        rows,
+    };
+    Ok(match session.execute_statement(stmt).await? {
+        Output::Command { rows, .. } => rows,
+        _ => 0,
+    })
 }
 
 #[async_trait]
