@@ -29,6 +29,11 @@
 //!   parent names an ancestor of its table, and its columns begin with
 //!   that ancestor's key columns (same order and directions). Dropping a
 //!   table drops its indexes; an indexed column cannot be dropped.
+//! * A table with tables interleaved in it has a *row copy*
+//!   ([`Catalog::row_copy`]): a global index on its primary key storing
+//!   every other column, added with its first child and dropped with its
+//!   last, so that the table's rows can be scanned without its row trees.
+//!   Names beginning with [`RESERVED_PREFIX`] are the catalog's own.
 //!
 //! ## Index entries
 //!
@@ -244,6 +249,11 @@ pub struct Index {
     /// entries have since moved to a new key space.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_id: Option<u32>,
+    /// The table's *row copy* rather than an index anyone created: see
+    /// [`Catalog::row_copy`]. Keyed by the primary key, it stores every
+    /// other column (whichever the table has now: `storing` stays empty).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub row_copy: bool,
 }
 
 impl Index {
@@ -251,6 +261,19 @@ impl Index {
     pub fn oid(&self) -> u32 {
         self.first_id.unwrap_or(self.id)
     }
+}
+
+/// Names beginning with this are Spindle's own (row copies are named
+/// `spindle$rows$<table oid>`); a table or index cannot be created with one.
+pub const RESERVED_PREFIX: &str = "spindle$";
+
+fn check_name(name: &str) -> Result<()> {
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(Error::InvalidDefinition(format!(
+            "names beginning with \"{RESERVED_PREFIX}\" are reserved: \"{name}\""
+        )));
+    }
+    Ok(())
 }
 
 /// A CREATE INDEX, already parsed.
@@ -457,6 +480,7 @@ impl Catalog {
 
     pub fn create_table(&mut self, def: TableDef) -> Result<&Table> {
         let name = def.name.clone();
+        check_name(&name)?;
         if self.table(&name).is_some() || self.index(&name).is_some() {
             return Err(Error::TableExists(name));
         }
@@ -590,7 +614,55 @@ impl Catalog {
             next_column_id,
             first_id: None,
         };
-        Ok(self.tables.entry(fold(&name)).or_insert(table))
+        let parent = table.interleave.as_ref().map(|il| il.parent.clone());
+        self.tables.insert(fold(&name), table);
+        if let Some(parent) = parent {
+            self.add_row_copy(&parent)?;
+        }
+        self.get_table(&name)
+    }
+
+    /// The row copy of `table`, if it has one. Every table that has tables
+    /// interleaved in it gets one when its first child is created
+    /// ([`Catalog::create_table`]; the caller writes its entries for rows
+    /// already there) and loses it with its last child
+    /// ([`Catalog::drop_table`]). It is a global index on the primary key
+    /// that stores every other column: the table's rows again, dense in key
+    /// order in a key space of their own, where in the table's own key
+    /// space each row is followed by its row tree. A scan of the table
+    /// alone reads the copy (the planner's choice: it covers every column)
+    /// instead of seeking from row tree to row tree — the known cost of
+    /// interleaving — and pays for it with a second write per row written.
+    /// Entries are kept like any index's (`spindle-sql`'s `index::maintain`),
+    /// and because an entry's key is the row's primary key, the copies of a
+    /// row tree's rows are one key range per table.
+    pub fn row_copy(&self, table: &str) -> Option<&Index> {
+        self.indexes
+            .values()
+            .find(|ix| ix.row_copy && ix.table == table)
+    }
+
+    fn add_row_copy(&mut self, table: &str) -> Result<()> {
+        if self.row_copy(table).is_some() {
+            return Ok(());
+        }
+        let t = self.get_table(table)?;
+        let name = format!("{RESERVED_PREFIX}rows${}", t.oid());
+        let index = Index {
+            id: self.next_table_id,
+            name: name.clone(),
+            table: t.name.clone(),
+            columns: t.primary_key.clone(),
+            storing: Vec::new(),
+            unique: false,
+            null_filtered: false,
+            interleave_in: None,
+            first_id: None,
+            row_copy: true,
+        };
+        self.next_table_id += 1;
+        self.indexes.insert(name, index);
+        Ok(())
     }
 
     pub fn drop_table(&mut self, name: &str) -> Result<Table> {
@@ -609,6 +681,15 @@ impl Catalog {
         // Its indexes go with it (as in PostgreSQL); the caller deletes
         // their entries, found with `table_indexes` before the drop.
         self.indexes.retain(|_, ix| ix.table != dropped.name);
+        // A parent left without children has no use for its row copy (a
+        // global key space: retired with this catalog change).
+        if let Some(parent) = dropped.parent_name() {
+            if self.children(parent).is_empty() {
+                let parent = parent.to_string();
+                self.indexes
+                    .retain(|_, ix| !(ix.row_copy && ix.table == parent));
+            }
+        }
         Ok(dropped)
     }
 
@@ -652,8 +733,18 @@ impl Catalog {
     pub fn index_chain(&self, index: &Index) -> Result<Vec<Table>> {
         let table = self.get_table(&index.table)?;
         let key = self.index_key_columns(index)?;
+        let storing: Vec<String> = if index.row_copy {
+            table
+                .columns
+                .iter()
+                .filter(|c| !c.hidden && !key.iter().any(|k| k.name == c.name))
+                .map(|c| c.name.clone())
+                .collect()
+        } else {
+            index.storing.clone()
+        };
         let mut columns = Vec::new();
-        for name in key.iter().map(|k| &k.name).chain(&index.storing) {
+        for name in key.iter().map(|k| &k.name).chain(&storing) {
             let c = table
                 .column(name)
                 .ok_or_else(|| Error::NoSuchColumn(name.clone(), table.name.clone()))?;
@@ -683,6 +774,7 @@ impl Catalog {
 
     pub fn create_index(&mut self, def: IndexDef) -> Result<&Index> {
         let name = def.name.clone();
+        check_name(&name)?;
         if self.index(&name).is_some() || self.table(&name).is_some() {
             return Err(Error::TableExists(name));
         }
@@ -775,6 +867,7 @@ impl Catalog {
             null_filtered: def.null_filtered,
             interleave_in,
             first_id: None,
+            row_copy: false,
         };
         Ok(self.indexes.entry(name).or_insert(index))
     }
@@ -1154,6 +1247,58 @@ pub(crate) mod tests {
             .encode_key_prefix(&chain, &[Value::Int64(1)], true)
             .unwrap();
         assert!(child.starts_with(&p) && !parent.starts_with(&p));
+    }
+
+    #[test]
+    fn a_parent_keeps_one_row_copy_while_it_has_children() {
+        let mut c = singers_albums();
+        let copy = c.row_copy("singers").unwrap().clone();
+        assert!(copy.row_copy && !copy.unique && copy.interleave_in.is_none());
+        assert_eq!(copy.columns, key(&["singerid"]));
+        assert!(c.row_copy("albums").is_none());
+        // Its entries: the primary key, then every other column, including
+        // one added after the copy was.
+        c.add_column("singers", col("born", DataType::Int64))
+            .unwrap();
+        let chain = c.index_chain(&copy).unwrap();
+        let names: Vec<&str> = chain[0].columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!((chain.len(), names), (1, vec!["singerid", "name", "born"]));
+        // A column the copy stores can still be dropped.
+        c.drop_column("singers", "born").unwrap();
+        // A second child shares the copy.
+        c.create_table(TableDef {
+            name: "tours".into(),
+            columns: vec![
+                col("singerid", DataType::Int64),
+                col("tourid", DataType::Int64),
+            ],
+            primary_key: key(&["singerid", "tourid"]),
+            interleave: Some(Interleave {
+                parent: "singers".into(),
+                kind: InterleaveKind::In,
+                on_delete: OnDelete::NoAction,
+            }),
+        })
+        .unwrap();
+        assert_eq!(c.indexes().filter(|ix| ix.row_copy).count(), 1);
+        c.drop_table("albums").unwrap();
+        assert_eq!(c.row_copy("singers"), Some(&copy));
+        c.drop_table("tours").unwrap();
+        assert!(c.row_copy("singers").is_none());
+        assert_eq!(c.indexes().count(), 0);
+        // Its name is reserved.
+        let err = c
+            .create_index(IndexDef {
+                name: copy.name.clone(),
+                table: "singers".into(),
+                columns: key(&["name"]),
+                storing: vec![],
+                unique: false,
+                null_filtered: false,
+                interleave_in: None,
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidDefinition(_)), "{err}");
     }
 
     #[test]

@@ -77,19 +77,28 @@ fn explain_shows_the_chosen_access_path() {
         ),
         "table=singers access=primary key where singerid = 7 ranges=1 row filter: name = 'x'"
     );
+    // (Singers has albums interleaved in it: its row copy, not its row
+    // trees.)
     assert_eq!(
         scan(&db, "SELECT Bio FROM Singers WHERE Bio = 'x'"),
-        "table=singers access=full scan ranges=1 row filter: bio = 'x'"
+        "table=singers access=row copy ranges=1 row filter: bio = 'x'"
     );
     // A one-sided range is not selective enough to fetch rows through an
-    // index instead of reading them in order, but Singers' rows have
-    // albums below them, which a full scan jumps past one row tree at a
-    // time: then the index (see also
+    // index instead of reading them in order; Singers' rows have albums
+    // below them, which a scan of the table jumps past one row tree at a
+    // time, but its row copy reads them in order (see also
     // `a_covering_index_serves_a_scan_of_a_table_with_row_trees`). A
-    // covering index reads less than the table either way.
+    // covering index reads less than either.
     assert_eq!(
         scan(&db, "SELECT Bio FROM Singers WHERE Name > 'm'"),
-        "table=singers access=index singersbyname then base rows by key where name > 'm' ranges=1"
+        "table=singers access=row copy ranges=1 row filter: name > 'm'"
+    );
+    assert_eq!(
+        scan(
+            &db,
+            "SELECT Bio FROM Singers WHERE SingerId IN (3, 4) AND Name > 'm'"
+        ),
+        "table=singers access=primary key where singerid IN (3, 4) ranges=2 row filter: name > 'm'"
     );
     assert_eq!(
         scan(&db, "SELECT Name FROM Singers WHERE Name > 'm'"),
@@ -204,32 +213,41 @@ fn a_covering_index_serves_a_scan_of_a_table_with_row_trees() {
             "SELECT Name, count(*) FROM Singers GROUP BY Name",
             "table=singers access=index singersbyname (covering) ranges=1",
         ),
-        // A key range that does not narrow much: the index, filtered.
+        // A key range that does not narrow much: Singers' row copy (keyed
+        // like the table, so the range is exact), not its row trees.
         (
             "SELECT SingerId, Rank FROM Singers WHERE SingerId > 20",
-            "table=singers access=index singersbyname (covering) ranges=1 row filter: singerid > 20",
+            "table=singers access=row copy where singerid > 20 ranges=1",
         ),
-        // A key range that narrows to a few row trees: the table.
+        // A narrow key range: still the row copy (no jumps). Only a read
+        // the key confines to given row trees (key points) reads them.
         (
             "SELECT SingerId, Rank FROM Singers WHERE SingerId BETWEEN 20 AND 24",
-            "table=singers access=primary key where singerid >= 20 AND singerid <= 24 ranges=1",
+            "table=singers access=row copy where singerid >= 20 AND singerid <= 24 ranges=1",
         ),
-        // Bio is in no index.
-        ("SELECT count(*), max(Bio) FROM Singers", "table=singers access=full scan ranges=1"),
+        (
+            "SELECT SingerId, Rank FROM Singers WHERE SingerId IN (20, 24)",
+            "table=singers access=primary key where singerid IN (20, 24) ranges=2",
+        ),
+        // Bio is in no index, but in the row copy (which has every column).
+        (
+            "SELECT count(*), max(Bio) FROM Singers",
+            "table=singers access=row copy ranges=1",
+        ),
     ] {
         assert_eq!(scan(&db, sql), path, "{sql}");
         assert_eq!(sorted_rows(&db, sql), base(sql), "{sql}");
     }
-    // Key filters stay exact (nothing re-applies them above the scan)
-    // where no index could cost less than the key ranges: a key point,
-    // a narrow range; not a wide one, which a covering index may serve.
+    // Key filters stay exact (nothing re-applies them above the scan): a
+    // key point and a narrow range read the table, a wide range its row
+    // copy, whose key is the table's.
     for (sql, exact) in [
         ("SELECT Rank FROM Singers WHERE SingerId = 20", true),
         (
             "SELECT Rank FROM Singers WHERE SingerId BETWEEN 20 AND 24",
             true,
         ),
-        ("SELECT Rank FROM Singers WHERE SingerId > 20", false),
+        ("SELECT Rank FROM Singers WHERE SingerId > 20", true),
     ] {
         let plan = physical_plan(&db, sql);
         assert_eq!(!plan.contains("FilterExec"), exact, "{sql}:\n{plan}");
@@ -241,11 +259,11 @@ fn a_covering_index_serves_a_scan_of_a_table_with_row_trees() {
             Value::Int64((1..=60i64).filter(|id| id % 5 != 0).map(|id| id % 9).sum())
         ]]
     );
-    // With only the NULL_FILTERED index covering, the table: the index
+    // With only the NULL_FILTERED index covering, the row copy: the index
     // lacks the singers without a rank.
     db.execute("DROP INDEX SingersByName", &[]).unwrap();
     let sql = "SELECT count(*), count(Rank) FROM Singers";
-    assert_eq!(scan(&db, sql), "table=singers access=full scan ranges=1");
+    assert_eq!(scan(&db, sql), "table=singers access=row copy ranges=1");
     assert_eq!(
         sorted_rows(&db, sql),
         vec![vec![Value::Int64(60), Value::Int64(48)]]
@@ -267,9 +285,14 @@ fn a_covering_index_serves_a_scan_of_a_table_with_row_trees() {
         scan(&db, albums),
         "table=albums access=index albumsbyyear (covering) ranges=1"
     );
+    // Without it, Albums' row copy (made when Tracks was created, for the
+    // albums already there); the row trees themselves when forced.
     db.execute("DROP INDEX AlbumsByYear", &[]).unwrap();
-    assert_eq!(scan(&db, albums), "table=albums access=full scan ranges=1");
+    assert_eq!(scan(&db, albums), "table=albums access=row copy ranges=1");
     assert_eq!(sorted_rows(&db, albums), vec![vec![Value::Int64(180)]]);
+    let forced = "SELECT count(*) FROM Albums@{FORCE_INDEX=_BASE_TABLE}";
+    assert_eq!(scan(&db, forced), "table=albums access=full scan ranges=1");
+    assert_eq!(sorted_rows(&db, forced), vec![vec![Value::Int64(180)]]);
     // Nothing interleaved in Plain: a scan reads its rows in order.
     assert_eq!(
         scan(&db, "SELECT count(*), sum(Rank) FROM Plain"),
@@ -464,8 +487,10 @@ fn global_index_entries_in_another_split_make_commits_two_phase() {
             .collect::<Vec<_>>()
             .join("\n")
     };
+    // The row, its index entry, its row copy's entry (users has posts
+    // interleaved in it): three splits.
     let e = explain("INSERT INTO users VALUES (500, 'zz', 'b')");
-    assert!(e.contains("two-phase commit across 2 splits"), "{e}");
+    assert!(e.contains("two-phase commit across 3 splits"), "{e}");
     let e = explain("INSERT INTO posts VALUES (3, 2, 'second')");
     assert!(e.contains("commit: one phase"), "{e}");
     // The two-phase commit itself goes through, and the entry is there.

@@ -210,7 +210,8 @@ fn joins_over_split_scans_finish() {
 /// A scan counts a jump over a row tree's children as three rows read
 /// (`split_due`): a parent-only scan of 400 row trees, a seek per row,
 /// splits (400 + 3 × 399 jumps ≥ 1 024), as one of 400 rows with no
-/// children does not. Both halves' rows are counted once.
+/// children does not — nor one of the parent's row copy, read in order.
+/// Both halves' rows are counted once.
 #[test]
 fn a_parent_only_scan_splits_after_fewer_rows() {
     let db = trees_db();
@@ -226,6 +227,18 @@ fn a_parent_only_scan_splits_after_fewer_rows() {
     assert_eq!(rows(&mut s, "SELECT count(*), sum(x) FROM p"), want);
     assert_eq!(
         db.engine().split_scan_count(),
+        before,
+        "400 rows of the row copy are not split"
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT count(*), sum(x) FROM p@{FORCE_INDEX=_base_table}"
+        ),
+        want
+    );
+    assert_eq!(
+        db.engine().split_scan_count(),
         before + 1,
         "the parent-only scan was not split"
     );
@@ -239,18 +252,29 @@ fn a_parent_only_scan_splits_after_fewer_rows() {
 /// summed: a parent-only scan of an interleaved table jumps once per row
 /// tree (each half reads its first tree's first child before it knows
 /// the table has children: one entry fewer when the scan is not split, on
-/// one core), a table alone reads its rows and never jumps, a child
-/// table's scan reads every entry of the row trees in order.
+/// one core) — unless it reads the table's row copy, in order, as a table
+/// alone reads its rows, never jumping; a child table's scan reads every
+/// entry of the row trees in order.
 #[test]
 fn explain_analyze_shows_entries_read_and_jumps() {
     let db = trees_db();
     let mut s = db.session();
     for (sql, entries, jumps) in [
-        ("SELECT count(*), sum(x) FROM p", 402, 400),
+        (
+            "SELECT count(*), sum(x) FROM p@{FORCE_INDEX=_base_table}",
+            402,
+            400,
+        ),
+        ("SELECT count(*), sum(x) FROM p", 400, 0),
         ("SELECT count(*), sum(x) FROM lone", 400, 0),
         // A child table's scan reads its parents' rows too.
         ("SELECT count(*) FROM c", 1600, 0),
-        ("SELECT x FROM p WHERE id >= 11 AND id <= 20", 11, 10),
+        (
+            "SELECT x FROM p@{FORCE_INDEX=_base_table} WHERE id >= 11 AND id <= 20",
+            11,
+            10,
+        ),
+        ("SELECT x FROM p WHERE id >= 11 AND id <= 20", 10, 0),
     ] {
         let plan: Vec<String> = rows(&mut s, &format!("EXPLAIN ANALYZE {sql}"))
             .into_iter()

@@ -39,14 +39,24 @@ fn splits_table_shows_row_tree_boundaries_and_load() {
         .rows()
         .unwrap();
     assert!(rows.len() >= 3, "the table was split: {rows:?}");
-    // Every boundary after the first is a singers row (a root row), never an album.
+    // Every boundary after the first is a singers row (a root row), never an
+    // album — or an entry of singers' row copy (a root-level key space of
+    // its own, since albums are interleaved in singers).
+    let mut copy_cut = false;
     for r in &rows[1..] {
         let start: String = r.get(1).unwrap();
+        copy_cut |= start.starts_with("row copy of singers");
         assert!(
-            start == "singers" || (start.starts_with("singers(") && !start.contains("albums")),
+            start == "singers"
+                || (start.starts_with("singers(") && !start.contains("albums"))
+                || start.starts_with("row copy of singers"),
             "{start}"
         );
     }
+    assert!(
+        copy_cut,
+        "the row copy's key space is split apart: {rows:?}"
+    );
     // Splits tile the key space.
     for w in rows.windows(2) {
         assert_eq!(
@@ -70,9 +80,16 @@ fn splits_table_shows_row_tree_boundaries_and_load() {
             .map(|r| r.get::<String>(0).unwrap())
             .collect()
     };
-    let one = plan("EXPLAIN UPDATE singers SET name = 'x' WHERE id = 1");
+    let one = plan("EXPLAIN UPDATE albums SET title = 'x' WHERE id = 1 AND album = 2");
     assert_eq!(one[0], "UPDATE 1 (1 rows; rolled back by EXPLAIN)");
     assert!(one[2].starts_with("commit: one phase (split "), "{one:?}");
+    // A singer's row and its row copy's entry are in different splits.
+    let two = plan("EXPLAIN UPDATE singers SET name = 'x' WHERE id = 1");
+    assert_eq!(two[0], "UPDATE 1 (1 rows; rolled back by EXPLAIN)");
+    assert_eq!(
+        two[2], "commit: two-phase commit across 2 splits",
+        "{two:?}"
+    );
     let all = plan("EXPLAIN DELETE FROM singers");
     assert_eq!(all[0], "DELETE 60 (60 rows; rolled back by EXPLAIN)");
     assert!(

@@ -64,8 +64,22 @@ pub(crate) async fn create_table(
             )));
         }
     }
-    catalog.create_table(def)?;
-    ctx.lock()?.set_catalog(catalog);
+    let parent = def.interleave.as_ref().map(|il| il.parent.clone());
+    let had_copy = parent
+        .as_deref()
+        .and_then(|p| catalog.table(p))
+        .is_some_and(|p| catalog.row_copy(&p.name).is_some());
+    let created = catalog.create_table(def)?.clone();
+    let mut txn = ctx.lock()?;
+    // The first child of a table gives it a row copy (see
+    // `Catalog::row_copy`): written here for the rows it already has, in
+    // this statement's transaction, as CREATE INDEX's backfill.
+    if let (false, Some(parent)) = (had_copy, created.parent_name()) {
+        if let Some(copy) = catalog.row_copy(parent) {
+            crate::blocking(|| crate::index::backfill(&mut txn, &catalog, copy))?;
+        }
+    }
+    txn.set_catalog(catalog);
     done("CREATE TABLE")
 }
 
@@ -278,7 +292,8 @@ pub(crate) fn drop_index(
     let before = ctx.catalog()?;
     let mut catalog: Catalog = (*before).clone();
     for name in names {
-        let Some(index) = catalog.index(name).cloned() else {
+        // A row copy is the catalog's own, not an index to drop by name.
+        let Some(index) = catalog.index(name).filter(|ix| !ix.row_copy).cloned() else {
             if if_exists {
                 continue;
             }
@@ -360,8 +375,13 @@ pub(crate) async fn add_column(
         }
         Ok(rewrites)
     })?;
+    let rewritten = !rewrites.is_empty();
     for (k, v) in rewrites {
         txn.put(k, v);
+    }
+    // The row copy stores every column: its entries take the default too.
+    if let (true, Some(copy)) = (rewritten, catalog.row_copy(&t.name)) {
+        crate::blocking(|| crate::index::backfill(&mut txn, &catalog, copy))?;
     }
     txn.set_catalog(catalog);
     done("ALTER TABLE")

@@ -1512,7 +1512,7 @@ fn delete_rows(
             if txn.get(&key)?.is_none() {
                 return Ok(false); // already removed by an earlier cascade in this statement
             }
-            plan.delete_row_tree(&mut txn, catalog, table, &key)?;
+            plan.delete_row_tree(&mut txn, catalog, table, &key, &kv)?;
             Ok(true)
         })?;
         if deleted {
@@ -1588,8 +1588,14 @@ struct CascadePlan {
     /// or a deleted table has indexes whose entries must go row by row.
     selective: bool,
     /// The deleted tables that have indexes, by table id: the table, its
-    /// ancestry (to decode its row keys) and its index plans.
+    /// ancestry (to decode its row keys) and its index plans (row copies
+    /// aside).
     indexes: HashMap<u32, (Table, Vec<Table>, Vec<IndexPlan>)>,
+    /// The row copies of the deleted tables (`Catalog::row_copy`), each as
+    /// its virtual table: a copy's key is the row's primary key, so the
+    /// copies of a deleted row tree's rows are one key range per copy —
+    /// deleted as a range, not row by row.
+    copies: Vec<Table>,
 }
 
 impl CascadePlan {
@@ -1609,11 +1615,16 @@ impl CascadePlan {
             }
         }
         let mut indexes = HashMap::new();
+        let mut copies = Vec::new();
         for id in &deleted {
             let Some(t) = catalog.table_by_id(*id) else {
                 continue;
             };
-            let plans = IndexPlan::for_table(catalog, &t.name)?;
+            let (copy, plans): (Vec<IndexPlan>, Vec<IndexPlan>) =
+                IndexPlan::for_table(catalog, &t.name)?
+                    .into_iter()
+                    .partition(|p| p.index.row_copy);
+            copies.extend(copy.iter().map(|p| p.virtual_table().clone()));
             if !plans.is_empty() {
                 let chain = catalog.ancestry(&t.name)?.into_iter().cloned().collect();
                 indexes.insert(*id, (t.clone(), chain, plans));
@@ -1624,16 +1635,26 @@ impl CascadePlan {
             deleted,
             selective,
             indexes,
+            copies,
         })
     }
 
+    /// Deletes the row of `table` with key `key` (`key_values` decoded) and
+    /// what its deletion cascades to.
     fn delete_row_tree(
         &self,
         txn: &mut spindle_txn::Transaction,
         catalog: &Catalog,
         table: &Table,
         key: &[u8],
+        key_values: &[Value],
     ) -> Result<()> {
+        for copy in &self.copies {
+            // Every copied row of the tree has a key beginning with the
+            // deleted row's key values.
+            let start = Catalog::new().encode_key_prefix(&[copy], key_values, true)?;
+            txn.delete_range(&start, prefix_end(&start).as_deref())?;
+        }
         let end = prefix_end(key);
         if !self.selective {
             // The row and its whole row tree: one key-range delete.

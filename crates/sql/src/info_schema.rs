@@ -179,7 +179,7 @@ impl InfoSchema {
                 None,
             ]);
         }
-        for ix in self.catalog.indexes() {
+        for ix in self.catalog.indexes().filter(|ix| !ix.row_copy) {
             rows.push([
                 Some(String::new()),
                 Some("public".into()),
@@ -251,7 +251,7 @@ impl InfoSchema {
                 );
             }
         }
-        for ix in self.catalog.indexes() {
+        for ix in self.catalog.indexes().filter(|ix| !ix.row_copy) {
             let Some(t) = self.catalog.table(&ix.table) else {
                 continue;
             };

@@ -303,8 +303,10 @@ impl PgCatalog {
                 .join(" ")
         };
         // Secondary indexes with their tables.
+        // (Row copies are Spindle's own, not indexes anyone created.)
         let indexes: Vec<(&spindle_catalog::Index, &spindle_catalog::Table)> = cat
             .indexes()
+            .filter(|ix| !ix.row_copy)
             .filter_map(|ix| cat.table(&ix.table).map(|t| (ix, t)))
             .collect();
         let p = match name {
@@ -916,7 +918,9 @@ impl PgCatalog {
 }
 
 fn index_by_oid(catalog: &Catalog, oid: i64) -> Option<&spindle_catalog::Index> {
-    catalog.indexes().find(|ix| table_oid(ix.oid()) == oid)
+    catalog
+        .indexes()
+        .find(|ix| !ix.row_copy && table_oid(ix.oid()) == oid)
 }
 
 fn key_list(t: &spindle_catalog::Table) -> String {

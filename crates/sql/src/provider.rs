@@ -317,9 +317,13 @@ impl SpindleTable {
     /// alone in their key space (not interleaved) is a candidate even
     /// when the filters do not narrow it: a parent-only scan then reads
     /// the index's entries in order instead of seeking from row tree to
-    /// row tree.
+    /// row tree. The table's row copy (`Catalog::row_copy`) is such an
+    /// index, except for reads the key confines to a few row trees.
     fn choose(&self, filters: &[&Expr], columns: Option<&[usize]>) -> crate::Result<Access> {
         let pk = plan_key_ranges(&self.chain, filters)?;
+        // The key fixes the root's key columns: the read stays in that many
+        // row trees.
+        let confined = pk.eq_depth >= self.chain[0].primary_key.len();
         if self.forced == Forced::BaseTable {
             return Ok(Access {
                 index: None,
@@ -346,6 +350,12 @@ impl SpindleTable {
                         ip.index.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
                     )));
                 }
+                continue;
+            }
+            // A row copy serves reads across row trees; a read the key
+            // confines to a few row trees reads them where they are (the
+            // locality interleaving is for), jumping over few children.
+            if ip.index.row_copy && !forced && confined {
                 continue;
             }
             let plan = plan_key_ranges(&ip.chain, filters)?;
@@ -753,18 +763,33 @@ impl TableProvider for SpindleTable {
         // is in contention when, covering, it would cost less than the
         // key ranges (`choose`) — not against a key point or a narrow
         // range, whose filters stay exact (and a LIMIT goes into the scan).
+        // The row copy is keyed like the table, so its key ranges enforce
+        // the same filters: it contends with nothing.
         let primary = plan_key_ranges(&self.chain, filters).map_err(external)?;
-        let base = self.base_cost(&primary);
-        let contested = access.index.is_some()
+        let mut base = self.base_cost(&primary);
+        // What the table's rows cost read from its row copy, where `choose`
+        // would read them there: another index must cost less than that.
+        if primary.eq_depth < self.chain[0].primary_key.len() {
+            if let Some(ip) = self.indexes.iter().find(|ip| ip.index.row_copy) {
+                let p = plan_key_ranges(&ip.chain, filters).map_err(external)?;
+                base = base.min(index_cost(ip, &p, true));
+            }
+        }
+        let copy = |i: usize| self.indexes.get(i).is_some_and(|ip| ip.index.row_copy);
+        let contested = access.index.is_some_and(|i| !copy(i))
             || (self.forced == Forced::Nothing
-                && self.indexes.iter().any(|ip| {
-                    plan_key_ranges(&ip.chain, filters).is_ok_and(|p| {
-                        p.narrows()
-                            || (self.has_row_trees
-                                && ip.chain.len() == 1
-                                && index_cost(ip, &p, true) < base)
-                    })
-                }));
+                && self
+                    .indexes
+                    .iter()
+                    .filter(|ip| !ip.index.row_copy)
+                    .any(|ip| {
+                        plan_key_ranges(&ip.chain, filters).is_ok_and(|p| {
+                            p.narrows()
+                                || (self.has_row_trees
+                                    && ip.chain.len() == 1
+                                    && index_cost(ip, &p, true) < base)
+                        })
+                    }));
         Ok(primary
             .exact
             .iter()
@@ -887,6 +912,7 @@ impl TableProvider for SpindleTable {
             let path = match &index {
                 None if access.plan.narrows() => "primary key".to_string(),
                 None => "full scan".to_string(),
+                Some(ip) if ip.index.row_copy => "row copy".to_string(),
                 Some(ip) => format!(
                     "index {}{}",
                     ip.index.name,

@@ -113,7 +113,11 @@ pub fn render_key(catalog: &Catalog, key: &[u8]) -> String {
         let (name, width) = match (catalog.table_by_id(id), catalog.index_by_id(id)) {
             (Some(t), _) => (t.name.clone(), t.primary_key.len()),
             (None, Some(ix)) => (
-                format!("index {}", ix.name),
+                if ix.row_copy {
+                    format!("row copy of {}", ix.table)
+                } else {
+                    format!("index {}", ix.name)
+                },
                 catalog.key_width(id).unwrap_or(0),
             ),
             (None, None) => {
