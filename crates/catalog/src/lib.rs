@@ -168,6 +168,10 @@ pub struct Table {
     /// [`Table::oid`] reports, so clients see one object throughout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_id: Option<u32>,
+    /// Set with the storage parameter `row_copy = off`: the table keeps no
+    /// row copy even with tables interleaved in it ([`Catalog::row_copy`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_row_copy: bool,
 }
 
 impl Table {
@@ -613,6 +617,7 @@ impl Catalog {
             interleave,
             next_column_id,
             first_id: None,
+            no_row_copy: false,
         };
         let parent = table.interleave.as_ref().map(|il| il.parent.clone());
         self.tables.insert(fold(&name), table);
@@ -633,6 +638,8 @@ impl Catalog {
     /// alone reads the copy (the planner's choice: it covers every column)
     /// instead of seeking from row tree to row tree — the known cost of
     /// interleaving — and pays for it with a second write per row written.
+    /// A table created or altered with `row_copy = off`
+    /// ([`Catalog::set_row_copy`]) has none.
     /// Entries are kept like any index's (`spindle-sql`'s `index::maintain`),
     /// and because an entry's key is the row's primary key, the copies of a
     /// row tree's rows are one key range per table.
@@ -642,11 +649,38 @@ impl Catalog {
             .find(|ix| ix.row_copy && ix.table == table)
     }
 
+    /// `row_copy = on | off` on `table`: whether it keeps a row copy while
+    /// it has tables interleaved in it. Turned off, the copy (if any) is
+    /// dropped — its key space retired with this catalog change; turned
+    /// on, a table with children gets one, and the caller writes its
+    /// entries. Returns the copy that was added, if one was.
+    pub fn set_row_copy(&mut self, table: &str, on: bool) -> Result<Option<&Index>> {
+        let t = self
+            .tables
+            .get_mut(&fold(table))
+            .ok_or_else(|| Error::NoSuchTable(table.to_string()))?;
+        t.no_row_copy = !on;
+        let name = t.name.clone();
+        if !on {
+            self.indexes
+                .retain(|_, ix| !(ix.row_copy && ix.table == name));
+            return Ok(None);
+        }
+        if self.row_copy(&name).is_some() || self.children(&name).is_empty() {
+            return Ok(None);
+        }
+        self.add_row_copy(&name)?;
+        Ok(self.row_copy(&name))
+    }
+
     fn add_row_copy(&mut self, table: &str) -> Result<()> {
         if self.row_copy(table).is_some() {
             return Ok(());
         }
         let t = self.get_table(table)?;
+        if t.no_row_copy {
+            return Ok(());
+        }
         let name = format!("{RESERVED_PREFIX}rows${}", t.oid());
         let index = Index {
             id: self.next_table_id,
@@ -768,6 +802,7 @@ impl Catalog {
             }),
             next_column_id: 0,
             first_id: index.first_id,
+            no_row_copy: false,
         });
         Ok(chain)
     }
@@ -1299,6 +1334,36 @@ pub(crate) mod tests {
             })
             .unwrap_err();
         assert!(matches!(err, Error::InvalidDefinition(_)), "{err}");
+        // Turned off, a parent keeps none; turned on again, it has one.
+        let mut c = singers_albums();
+        assert!(c.set_row_copy("singers", false).unwrap().is_none());
+        assert!(c.row_copy("singers").is_none() && c.table("singers").unwrap().no_row_copy);
+        let added = c.set_row_copy("singers", true).unwrap().cloned();
+        assert_eq!(added.as_ref(), c.row_copy("singers"));
+        assert!(added.is_some_and(|ix| ix.id != copy.id));
+        assert!(c.set_row_copy("singers", true).unwrap().is_none());
+        // Off before its first child: none is made.
+        c.set_row_copy("albums", false).unwrap();
+        c.create_table(TableDef {
+            name: "tracks".into(),
+            columns: vec![
+                col("singerid", DataType::Int64),
+                col("albumid", DataType::Int64),
+                col("trackid", DataType::Int64),
+            ],
+            primary_key: key(&["singerid", "albumid", "trackid"]),
+            interleave: Some(Interleave {
+                parent: "albums".into(),
+                kind: InterleaveKind::InParent,
+                on_delete: OnDelete::Cascade,
+            }),
+        })
+        .unwrap();
+        assert!(c.row_copy("albums").is_none());
+        assert!(matches!(
+            c.set_row_copy("nope", true),
+            Err(Error::NoSuchTable(_))
+        ));
     }
 
     #[test]

@@ -552,3 +552,48 @@ fn create_index_during_concurrent_writes_misses_nothing() {
     assert_eq!(via_index.len(), written as usize);
     assert_eq!(via_index, via_table);
 }
+
+/// `row_copy = off` (a storage parameter, at CREATE TABLE or with ALTER
+/// TABLE … SET) leaves a parent without a row copy: its scans read the row
+/// trees; turned on, the copy is written
+/// for the rows there and serves the next scan.
+#[test]
+fn row_copy_off_reads_the_row_trees_and_on_writes_the_copy() {
+    let db = Database::open_in_memory().unwrap();
+    for sql in [
+        "CREATE TABLE p (id bigint NOT NULL PRIMARY KEY, x bigint) WITH (fillfactor = 90, row_copy = off)",
+        "CREATE TABLE c (id INT64 NOT NULL, k INT64 NOT NULL) PRIMARY KEY (id, k), INTERLEAVE IN PARENT p ON DELETE CASCADE",
+        "INSERT INTO p SELECT value, value FROM generate_series(1, 50)",
+        "INSERT INTO c SELECT value, 1 FROM generate_series(1, 50)",
+    ] {
+        db.execute(sql, &[]).unwrap();
+    }
+    let sum = "SELECT count(*), sum(x) FROM p";
+    let want = vec![vec![Value::Int64(50), Value::Int64(1275)]];
+    assert_eq!(scan(&db, sum), "table=p access=full scan ranges=1");
+    assert_eq!(sorted_rows(&db, sum), want);
+    db.execute("ALTER TABLE p SET (row_copy = on)", &[])
+        .unwrap();
+    assert_eq!(scan(&db, sum), "table=p access=row copy ranges=1");
+    assert_eq!(sorted_rows(&db, sum), want);
+    db.execute("DELETE FROM p WHERE id > 40", &[]).unwrap();
+    let want = vec![vec![Value::Int64(40), Value::Int64(820)]];
+    assert_eq!(sorted_rows(&db, sum), want);
+    db.execute("ALTER TABLE p SET (row_copy = off)", &[])
+        .unwrap();
+    assert_eq!(scan(&db, sum), "table=p access=full scan ranges=1");
+    assert_eq!(sorted_rows(&db, sum), want);
+    // Only row_copy can change; a bad value is 22023.
+    let err = db
+        .execute("ALTER TABLE p SET (fillfactor = 50)", &[])
+        .unwrap_err();
+    assert_eq!(err.sqlstate(), "0A000", "{err}");
+    let err = db
+        .execute("ALTER TABLE p SET (row_copy = maybe)", &[])
+        .unwrap_err();
+    assert_eq!(err.sqlstate(), "22023", "{err}");
+    let err = db
+        .execute("ALTER TABLE nope SET (row_copy = on)", &[])
+        .unwrap_err();
+    assert_eq!(err.sqlstate(), "42P01", "{err}");
+}

@@ -48,6 +48,7 @@ pub(crate) async fn create_table(
     ctx: &StatementContext,
     def: TableDef,
     if_not_exists: bool,
+    row_copy: Option<bool>,
 ) -> Result<Output> {
     let mut catalog: Catalog = (*ctx.catalog()?).clone();
     if catalog.table(&def.name).is_some() && if_not_exists {
@@ -70,6 +71,10 @@ pub(crate) async fn create_table(
         .and_then(|p| catalog.table(p))
         .is_some_and(|p| catalog.row_copy(&p.name).is_some());
     let created = catalog.create_table(def)?.clone();
+    if let Some(on) = row_copy {
+        // A new table has no children: this only records the choice.
+        catalog.set_row_copy(&created.name, on)?;
+    }
     let mut txn = ctx.lock()?;
     // The first child of a table gives it a row copy (see
     // `Catalog::row_copy`): written here for the rows it already has, in
@@ -282,6 +287,21 @@ pub(crate) fn create_index(
     crate::blocking(|| crate::index::backfill(&mut txn, &catalog, &index))?;
     txn.set_catalog(catalog);
     done("CREATE INDEX")
+}
+
+/// `ALTER TABLE t SET (row_copy = on | off)`: off drops the table's row
+/// copy (its key space retired with the catalog change, as DROP INDEX's);
+/// on gives a table with children one, written in this statement's
+/// transaction for the rows there, as CREATE INDEX's backfill.
+pub(crate) fn set_row_copy(ctx: &StatementContext, table: &str, on: bool) -> Result<Output> {
+    let mut catalog: Catalog = (*ctx.catalog()?).clone();
+    let added = catalog.set_row_copy(table, on)?.cloned();
+    let mut txn = ctx.lock()?;
+    if let Some(copy) = added {
+        crate::blocking(|| crate::index::backfill(&mut txn, &catalog, &copy))?;
+    }
+    txn.set_catalog(catalog);
+    done("ALTER TABLE")
 }
 
 pub(crate) fn drop_index(

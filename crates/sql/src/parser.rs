@@ -14,6 +14,7 @@
 //! ALTER TABLE name ADD [CONSTRAINT c] PRIMARY KEY (cols)          -- a key-less table only
 //! ALTER TABLE name DROP [COLUMN] [IF EXISTS] name
 //! ALTER TABLE name ALTER [COLUMN] name SET OPTIONS (allow_commit_timestamp = true|null)
+//! ALTER TABLE name SET (row_copy = on|off)
 //! column option := OPTIONS (allow_commit_timestamp = true|false|null)  -- GoogleSQL
 //! type spanner.commit_timestamp = TIMESTAMP with that option          -- PG
 //! DROP TABLE [IF EXISTS] name [, ...]
@@ -54,6 +55,10 @@ pub enum Statement {
     CreateTable {
         def: TableDef,
         if_not_exists: bool,
+        /// The storage parameter `row_copy` (`WITH (row_copy = off)`), if
+        /// given: whether the table keeps a row copy once tables are
+        /// interleaved in it (`spindle_catalog::Catalog::row_copy`).
+        row_copy: Option<bool>,
     },
     /// `DROP TABLE [IF EXISTS] a, b, …`: one statement, all or none.
     DropTable {
@@ -99,6 +104,11 @@ pub enum Statement {
     /// Spindle keeps no planner statistics to refresh.
     Analyze {
         tables: Vec<(String, Vec<String>)>,
+    },
+    /// `ALTER TABLE t SET (row_copy = on | off)`.
+    SetRowCopy {
+        table: String,
+        on: bool,
     },
     /// `ALTER TABLE t ALTER COLUMN c SET OPTIONS (allow_commit_timestamp = …)`.
     SetColumnOptions {
@@ -149,6 +159,7 @@ impl Statement {
             Statement::AddColumn { .. }
             | Statement::DropColumn { .. }
             | Statement::AddPrimaryKey { .. }
+            | Statement::SetRowCopy { .. }
             | Statement::SetColumnOptions { .. } => "ALTER TABLE",
             Statement::Vacuum { .. } => "VACUUM",
             Statement::Analyze { .. } => "ANALYZE",
@@ -680,12 +691,12 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
         )));
     }
     if is_word(p, 0, "WITH") || is_word(p, 0, "WITHOUT") {
-        if with_given {
+        if with_given.is_some() {
             return Err(Error::Syntax("WITH given twice".into()));
         }
         with_given = storage_parameters(p)?;
     }
-    let _ = with_given;
+    let row_copy = with_given.and_then(|w| w.row_copy);
     if is_word(p, 0, "OPTIONS") || is_word(p, 0, "ROW") {
         return Err(Error::Unsupported(format!(
             "table option {} is not supported",
@@ -707,28 +718,45 @@ fn parse_create_table(p: &mut Parser) -> Result<Statement> {
             interleave,
         },
         if_not_exists,
+        row_copy,
     })
 }
 
+/// The storage parameters of a CREATE TABLE that mean something to Spindle.
+#[derive(Default)]
+struct StorageParameters {
+    /// `row_copy = on | off`.
+    row_copy: Option<bool>,
+}
+
 /// A table's storage parameters, PostgreSQL's `WITH (name [= value], …)`
-/// (or `WITHOUT OIDS`) after CREATE TABLE's column list; returns whether
-/// there were any. They tune PostgreSQL's heap pages (free space left for
+/// (or `WITHOUT OIDS`) after CREATE TABLE's column list; `None` when there
+/// are none. PostgreSQL's tune its heap pages (free space left for
 /// updates, TOAST, autovacuum's thresholds) and have no counterpart in
 /// Spindle's B-tree, so they change nothing — but each is checked as
 /// PostgreSQL checks it (an unknown name, a value of the wrong kind or out
 /// of range is 22023), so a script written for PostgreSQL runs unchanged
-/// and a misspelt parameter is not silently dropped.
-fn storage_parameters(p: &mut Parser) -> Result<bool> {
+/// and a misspelt parameter is not silently dropped. Spindle's own:
+/// `row_copy` (boolean).
+fn storage_parameters(p: &mut Parser) -> Result<Option<StorageParameters>> {
     if is_word(p, 0, "WITHOUT") && is_word(p, 1, "OIDS") {
         p.next_token();
         p.next_token();
-        return Ok(true);
+        return Ok(Some(StorageParameters::default()));
     }
     if !(is_word(p, 0, "WITH") && p.peek_nth_token(1).token == Token::LParen) {
-        return Ok(false);
+        return Ok(None);
     }
     p.next_token();
-    p.next_token();
+    let params = parameter_list(p)?;
+    Ok(Some(params))
+}
+
+/// `(name [= value], …)` of storage parameters, each checked, from the
+/// opening parenthesis.
+fn parameter_list(p: &mut Parser) -> Result<StorageParameters> {
+    let mut params = StorageParameters::default();
+    p.expect_token(&Token::LParen).map_err(syntax)?;
     loop {
         let mut name = fold_ident(&p.parse_identifier().map_err(syntax)?);
         if p.consume_token(&Token::Period) {
@@ -759,12 +787,15 @@ fn storage_parameters(p: &mut Parser) -> Result<bool> {
             "true".to_string()
         };
         check_storage_parameter(&name, &value)?;
+        if name == "row_copy" {
+            params.row_copy = Some(matches!(value.as_str(), "true" | "on" | "1" | "yes" | "t"));
+        }
         if !p.consume_token(&Token::Comma) {
             break;
         }
     }
     p.expect_token(&Token::RParen).map_err(syntax)?;
-    Ok(true)
+    Ok(params)
 }
 
 /// Checks one storage parameter against PostgreSQL 15's table parameters.
@@ -781,6 +812,7 @@ fn check_storage_parameter(name: &str, value: &str) -> Result<()> {
     let toast = base.len() != name.len();
     let kind = match base {
         "fillfactor" if !toast => Int(10, 100),
+        "row_copy" if !toast => Bool,
         "toast_tuple_target" if !toast => Int(128, 8160),
         "parallel_workers" if !toast => Int(0, 1024),
         "user_catalog_table" if !toast => Bool,
@@ -1270,6 +1302,17 @@ fn parse_alter_table(p: &mut Parser) -> Result<Statement> {
             if_exists,
         });
     }
+    // `SET (row_copy = …)`: the one storage parameter that can change.
+    if is_word(p, 0, "SET") && p.peek_nth_token(1).token == Token::LParen {
+        p.next_token();
+        let params = parameter_list(p)?;
+        let Some(on) = params.row_copy else {
+            return Err(Error::Unsupported(
+                "ALTER TABLE … SET (…) changes row_copy only; other storage parameters mean nothing to Spindle".into(),
+            ));
+        };
+        return Ok(Statement::SetRowCopy { table, on });
+    }
     if p.parse_keyword(Keyword::ALTER) {
         let _ = p.parse_keyword(Keyword::COLUMN);
         let column = fold_ident(&p.parse_identifier().map_err(syntax)?);
@@ -1288,7 +1331,7 @@ fn parse_alter_table(p: &mut Parser) -> Result<Statement> {
         )));
     }
     Err(Error::Unsupported(format!(
-        "ALTER TABLE {} is not supported (ADD COLUMN, ADD PRIMARY KEY, DROP COLUMN and ALTER COLUMN … SET OPTIONS are)",
+        "ALTER TABLE {} is not supported (ADD COLUMN, ADD PRIMARY KEY, DROP COLUMN, SET (row_copy = …) and ALTER COLUMN … SET OPTIONS are)",
         p.peek_token().token
     )))
 }

@@ -499,9 +499,12 @@ impl StatementContext {
             )));
         }
         match stmt {
-            Statement::CreateTable { def, if_not_exists } => {
-                ddl::create_table(self, def, if_not_exists).await
-            }
+            Statement::CreateTable {
+                def,
+                if_not_exists,
+                row_copy,
+            } => ddl::create_table(self, def, if_not_exists, row_copy).await,
+            Statement::SetRowCopy { table, on } => ddl::set_row_copy(self, &table, on),
             Statement::DropTable { names, if_exists } => ddl::drop_tables(self, &names, if_exists),
             Statement::Truncate { names, cascade } => ddl::truncate(self, &names, cascade),
             Statement::CreateIndex { def, if_not_exists } => {
