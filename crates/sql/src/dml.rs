@@ -1649,17 +1649,11 @@ impl CascadePlan {
         key: &[u8],
         key_values: &[Value],
     ) -> Result<()> {
-        for copy in &self.copies {
-            // Every copied row of the tree has a key beginning with the
-            // deleted row's key values.
-            let start = Catalog::new().encode_key_prefix(&[copy], key_values, true)?;
-            txn.delete_range(&start, prefix_end(&start).as_deref())?;
-        }
         let end = prefix_end(key);
         if !self.selective {
             // The row and its whole row tree: one key-range delete.
             txn.delete_range(key, end.as_deref())?;
-            return Ok(());
+            return self.delete_copies(txn, key_values);
         }
         let mut doomed = Vec::new();
         for item in txn.scan(key, end.as_deref()) {
@@ -1707,6 +1701,21 @@ impl CascadePlan {
                 }
             }
             txn.delete(k);
+        }
+        self.delete_copies(txn, key_values)
+    }
+
+    /// Deletes the row copies' entries of a deleted row tree (after the
+    /// checks that may refuse the delete): every copied row of the tree
+    /// has a key beginning with the deleted row's key values.
+    fn delete_copies(
+        &self,
+        txn: &mut spindle_txn::Transaction,
+        key_values: &[Value],
+    ) -> Result<()> {
+        for copy in &self.copies {
+            let start = Catalog::new().encode_key_prefix(&[copy], key_values, true)?;
+            txn.delete_range(&start, prefix_end(&start).as_deref())?;
         }
         Ok(())
     }
