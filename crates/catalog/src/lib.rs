@@ -103,6 +103,9 @@ pub enum Error {
     Dependent(String),
     #[error("{0}")]
     LimitExceeded(String),
+    /// A name only Spindle may give (see [`RESERVED_PREFIX`]).
+    #[error("name \"{0}\" is reserved: names beginning with \"spindle$\" are Spindle's own")]
+    ReservedName(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -273,9 +276,7 @@ pub const RESERVED_PREFIX: &str = "spindle$";
 
 fn check_name(name: &str) -> Result<()> {
     if name.starts_with(RESERVED_PREFIX) {
-        return Err(Error::InvalidDefinition(format!(
-            "names beginning with \"{RESERVED_PREFIX}\" are reserved: \"{name}\""
-        )));
+        return Err(Error::ReservedName(name.to_string()));
     }
     Ok(())
 }
@@ -1333,7 +1334,7 @@ pub(crate) mod tests {
                 interleave_in: None,
             })
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidDefinition(_)), "{err}");
+        assert!(matches!(err, Error::ReservedName(_)), "{err}");
         // Turned off, a parent keeps none; turned on again, it has one.
         let mut c = singers_albums();
         assert!(c.set_row_copy("singers", false).unwrap().is_none());

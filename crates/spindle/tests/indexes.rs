@@ -628,4 +628,12 @@ fn row_copy_off_reads_the_row_trees_and_on_writes_the_copy() {
         .execute("ALTER TABLE nope SET (row_copy = on)", &[])
         .unwrap_err();
     assert_eq!(err.sqlstate(), "42P01", "{err}");
+    // The copies' names (`spindle$rows$<oid>`) are reserved: 42939.
+    for sql in [
+        "CREATE TABLE \"spindle$rows$1\" (k INT64 NOT NULL) PRIMARY KEY (k)",
+        "CREATE INDEX \"spindle$x\" ON p (x)",
+    ] {
+        let err = db.execute(sql, &[]).unwrap_err();
+        assert_eq!(err.sqlstate(), "42939", "{sql}: {err}");
+    }
 }

@@ -125,6 +125,7 @@ impl Error {
                 C::InvalidDefinition(_) => "42P16",
                 C::Dependent(_) => "2BP01",
                 C::LimitExceeded(_) => "54000",
+                C::ReservedName(_) => "42939",
             },
             Error::Key(k) => match k {
                 spindle_keys::Error::Corrupt(_) => "XX000",
