@@ -65,11 +65,10 @@ pub(crate) async fn create_table(
             )));
         }
     }
-    let parent = def.interleave.as_ref().map(|il| il.parent.clone());
-    let had_copy = parent
-        .as_deref()
-        .and_then(|p| catalog.table(p))
-        .is_some_and(|p| catalog.row_copy(&p.name).is_some());
+    let had_copy = def
+        .interleave
+        .as_ref()
+        .is_some_and(|il| catalog.row_copy(&il.parent).is_some());
     let created = catalog.create_table(def)?.clone();
     if let Some(on) = row_copy {
         // A new table has no children: this only records the choice.

@@ -703,7 +703,7 @@ fn put_row(
     let (pending, value) = checked_row(table, full)?;
     // Point reads and buffered writes of index entries: inline (see
     // `crate::blocking`).
-    maintain(txn, indexes, old, Some(full), pending)?;
+    maintain(txn, indexes, old, Some((full, &value)), pending)?;
     if pending {
         txn.put_pending(key, value);
     } else {
@@ -1591,11 +1591,11 @@ struct CascadePlan {
     /// ancestry (to decode its row keys) and its index plans (row copies
     /// aside).
     indexes: HashMap<u32, (Table, Vec<Table>, Vec<IndexPlan>)>,
-    /// The row copies of the deleted tables (`Catalog::row_copy`), each as
-    /// its virtual table: a copy's key is the row's primary key, so the
-    /// copies of a deleted row tree's rows are one key range per copy —
-    /// deleted as a range, not row by row.
-    copies: Vec<Table>,
+    /// The row copies of the deleted tables (`Catalog::row_copy`): a copy's
+    /// key is the row's primary key, so the copies of a deleted row tree's
+    /// rows are one key range per copy — deleted as a range, not row by
+    /// row.
+    copies: Vec<IndexPlan>,
 }
 
 impl CascadePlan {
@@ -1624,7 +1624,7 @@ impl CascadePlan {
                 IndexPlan::for_table(catalog, &t.name)?
                     .into_iter()
                     .partition(|p| p.index.row_copy);
-            copies.extend(copy.iter().map(|p| p.virtual_table().clone()));
+            copies.extend(copy);
             if !plans.is_empty() {
                 let chain = catalog.ancestry(&t.name)?.into_iter().cloned().collect();
                 indexes.insert(*id, (t.clone(), chain, plans));
@@ -1714,7 +1714,7 @@ impl CascadePlan {
         key_values: &[Value],
     ) -> Result<()> {
         for copy in &self.copies {
-            let start = Catalog::new().encode_key_prefix(&[copy], key_values, true)?;
+            let start = copy.encode(key_values, true)?;
             txn.delete_range(&start, prefix_end(&start).as_deref())?;
         }
         Ok(())

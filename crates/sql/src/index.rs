@@ -92,24 +92,31 @@ impl IndexPlan {
     pub fn entry(&self, row: &[Value]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let vt = self.virtual_table();
         let nkey = vt.primary_key.len();
-        let key_vals: Vec<Value> = self.base_positions[..nkey]
-            .iter()
-            .map(|p| row[*p].clone())
-            .collect();
         if self.index.null_filtered
-            && key_vals[..self.index.columns.len()]
+            && self.base_positions[..self.index.columns.len()]
                 .iter()
-                .any(|v| v.is_null())
+                .any(|p| row[*p].is_null())
         {
             return Ok(None);
         }
-        let key = self.encode(&key_vals, true)?;
+        let key = self.entry_key(row)?;
         let stored: Vec<(u32, &Value)> = vt.columns[nkey..]
             .iter()
             .zip(&self.base_positions[nkey..])
             .map(|(c, p)| (c.id, &row[*p]))
             .collect();
         Ok(Some((key, row::encode_row(&stored))))
+    }
+
+    /// The key of a base row's entry (whether or not a NULL_FILTERED index
+    /// has one).
+    fn entry_key(&self, row: &[Value]) -> Result<Vec<u8>> {
+        let nkey = self.virtual_table().primary_key.len();
+        let key_vals: Vec<Value> = self.base_positions[..nkey]
+            .iter()
+            .map(|p| row[*p].clone())
+            .collect();
+        self.encode(&key_vals, true)
     }
 
     /// Encodes a prefix of the index key (`descend` as in
@@ -168,15 +175,43 @@ impl IndexPlan {
 /// ones (each in the table's column order; `None` for an insert or a
 /// delete).
 /// `pending` says the new row holds the commit-timestamp placeholder, so
-/// its entries do too (see `Transaction::put_pending`).
+/// its entries do too (see `Transaction::put_pending`). `value` is the new
+/// row's stored value: a row copy's entry is the row's key under the
+/// copy's id with that same value (the non-key columns, encoded alike),
+/// so it is neither encoded again nor compared as entries.
 pub(crate) fn maintain(
     txn: &mut Transaction,
     plans: &[IndexPlan],
     old: Option<&[Value]>,
-    new: Option<&[Value]>,
+    new: Option<(&[Value], &[u8])>,
     pending: bool,
 ) -> Result<()> {
+    let (new, value) = match new {
+        Some((row, value)) => (Some(row), Some(value)),
+        None => (None, None),
+    };
     for plan in plans {
+        if plan.index.row_copy {
+            // The key never changes (a row's key columns cannot be
+            // updated): only whether the row did.
+            match (new, value) {
+                (Some(row), Some(v)) if old != Some(row) => {
+                    let k = plan.entry_key(row)?;
+                    if pending {
+                        txn.put_pending(k, v.to_vec());
+                    } else {
+                        txn.put(k, v.to_vec());
+                    }
+                }
+                (None, _) => {
+                    if let Some(r) = old {
+                        txn.delete(plan.entry_key(r)?);
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
         let old_entry = match old {
             Some(r) => plan.entry(r)?,
             None => None,
