@@ -1166,14 +1166,6 @@ impl Transaction {
         Ok(self.mgr.store.get(key, self.read_ts)?)
     }
 
-    /// [`Transaction::get`] for an insert, which writes `key` when it is
-    /// absent: the caller must then write `key` in this transaction (or
-    /// fail it). The absence is recorded only through that write —
-    /// validation checks every written key against later commits' writes
-    /// as it checks reads — so an absent key adds nothing to the read set
-    /// and no read to the split's load. A present key is a read like any
-    /// other (the caller may decide on it without writing: a duplicate-key
-    /// error, `ON CONFLICT DO NOTHING`).
     /// Where the SQL layer's keys generated in key space `space` go on
     /// in this transaction (`None`: none drawn yet, or the run ended).
     /// Nothing here is checked: the keys are still inserted as any other.
@@ -1192,6 +1184,14 @@ impl Transaction {
         }
     }
 
+    /// [`Transaction::get`] for an insert, which writes `key` when it is
+    /// absent: the caller must then write `key` in this transaction (or
+    /// fail it). The absence is recorded only through that write —
+    /// validation checks every written key against later commits' writes
+    /// as it checks reads — so an absent key adds nothing to the read set
+    /// and no read to the split's load. A present key is a read like any
+    /// other (the caller may decide on it without writing: a duplicate-key
+    /// error, `ON CONFLICT DO NOTHING`).
     pub fn get_for_insert(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(w) = self.own_write(key)? {
             return Ok(w.clone());
