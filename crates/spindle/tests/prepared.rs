@@ -153,3 +153,90 @@ fn execute_prepared_counts_rows_on_every_path() {
     assert_eq!(s.execute_prepared(&delete, &[]).unwrap(), 4);
     assert_eq!(s.execute_prepared(&all, &[Value::Int64(0)]).unwrap(), 2);
 }
+
+/// The tag of a statement that `execute_now` ran, or `None` when it left
+/// the statement to the general path.
+fn run_now(s: &mut spindle_sql::Session, sql: &str) -> Result<Option<String>, String> {
+    match s.execute_now(sql, &[]) {
+        Ok(Some(spindle_sql::Output::Command { tag, .. })) => Ok(Some(tag.to_string())),
+        Ok(Some(spindle_sql::Output::Rows { .. })) => Ok(Some("rows".into())),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.sqlstate().to_string()),
+    }
+}
+
+/// BEGIN, COMMIT and ROLLBACK have nothing to plan: the fast path runs
+/// them (`execute_now` returns their output; the general path's future
+/// is never built), with the general path's outcomes — a failed block's
+/// COMMIT rolls back, BEGIN in a failed block is refused, a conflicting
+/// COMMIT fails with 40001 and leaves no block open.
+#[test]
+fn transaction_control_runs_on_the_fast_path_with_the_general_paths_outcomes() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE t (id bigint NOT NULL, v bigint, PRIMARY KEY (id))",
+        &[],
+    )
+    .unwrap();
+    let mut s = db.engine().session();
+    let count = || {
+        let rows = db.query("SELECT count(*) FROM t", &[]).unwrap();
+        rows.rows().unwrap()[0].get::<i64>(0).unwrap()
+    };
+
+    assert_eq!(run_now(&mut s, "BEGIN").unwrap().as_deref(), Some("BEGIN"));
+    assert_eq!(
+        run_now(&mut s, "INSERT INTO t VALUES (1, 1)")
+            .unwrap()
+            .as_deref(),
+        Some("INSERT 0 1")
+    );
+    assert_eq!(run_now(&mut s, "END").unwrap().as_deref(), Some("COMMIT"));
+    assert_eq!(count(), 1);
+
+    // A failed block: BEGIN refused (25P02), COMMIT rolls back.
+    assert_eq!(run_now(&mut s, "BEGIN").unwrap().as_deref(), Some("BEGIN"));
+    run_now(&mut s, "INSERT INTO t VALUES (2, 2)").unwrap();
+    assert_eq!(
+        run_now(&mut s, "INSERT INTO t VALUES (1, 1)").unwrap_err(),
+        "23505"
+    );
+    assert_eq!(run_now(&mut s, "BEGIN").unwrap_err(), "25P02");
+    assert_eq!(
+        run_now(&mut s, "COMMIT").unwrap().as_deref(),
+        Some("ROLLBACK")
+    );
+    assert_eq!(count(), 1);
+
+    // ROLLBACK drops the block's writes.
+    run_now(&mut s, "BEGIN").unwrap();
+    run_now(&mut s, "INSERT INTO t VALUES (3, 3)").unwrap();
+    assert_eq!(
+        run_now(&mut s, "ROLLBACK").unwrap().as_deref(),
+        Some("ROLLBACK")
+    );
+    assert_eq!(count(), 1);
+
+    // A conflicting COMMIT: 40001, and the block is gone.
+    let mut other = db.engine().session();
+    run_now(&mut s, "BEGIN").unwrap();
+    assert_eq!(
+        run_now(&mut s, "SELECT v FROM t WHERE id = 1")
+            .unwrap()
+            .as_deref(),
+        Some("rows")
+    );
+    run_now(&mut s, "INSERT INTO t VALUES (4, 4)").unwrap();
+    assert_eq!(
+        run_now(&mut other, "UPDATE t SET v = 10 WHERE id = 1")
+            .unwrap()
+            .as_deref(),
+        Some("UPDATE 1")
+    );
+    assert_eq!(run_now(&mut s, "COMMIT").unwrap_err(), "40001");
+    assert_eq!(
+        run_now(&mut s, "COMMIT").unwrap().as_deref(),
+        Some("COMMIT")
+    );
+    assert_eq!(count(), 1);
+}

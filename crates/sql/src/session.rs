@@ -1173,6 +1173,22 @@ impl Session {
         let [stmt] = parsed.stmts.as_slice() else {
             return Ok(Fast::Declined);
         };
+        if params.is_empty()
+            && matches!(
+                stmt,
+                Statement::Begin { .. } | Statement::Commit | Statement::Rollback
+            )
+        {
+            // Nothing to plan: run here, not through the general path,
+            // whose future (large: it holds every statement's planning)
+            // would be built, boxed and moved for a BEGIN or a COMMIT.
+            let tag = stmt.tag();
+            let span = info_span!("statement", kind = tag);
+            let _entered = span.enter();
+            if let Some(out) = self.transaction_control(stmt) {
+                return out.map(|out| Fast::Done(tag, out));
+            }
+        }
         if self.failed
             || !matches!(
                 stmt,
@@ -1257,44 +1273,60 @@ impl Session {
         }
     }
 
-    pub async fn execute_statement(&mut self, stmt: Statement) -> Result<Output> {
-        match stmt {
-            Statement::Begin { read_only } => {
-                if self.txn.is_none() {
-                    let mut txn = match self.stale_read_ts()? {
-                        Some(ts) if read_only => self.engine.mgr.begin_at(ts)?,
-                        _ => self.engine.mgr.begin()?,
-                    };
-                    self.configure(&mut txn);
-                    self.txn = Some(Arc::new(Mutex::new(txn)));
-                    self.failed = false;
-                    self.read_only = read_only || self.default_read_only;
-                    self.txn_used = false;
-                } else if self.failed {
-                    return Err(Error::InFailedTransaction);
-                }
-                Ok(Output::command("BEGIN"))
-            }
-            Statement::Commit => {
-                let Some(txn) = self.txn.take() else {
-                    return Ok(Output::command("COMMIT"));
-                };
-                if std::mem::take(&mut self.failed) {
-                    return Ok(Output::command("ROLLBACK"));
-                }
-                let mut guard = txn
-                    .lock()
-                    .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
-                if let Some(info) = crate::commit_txn(&mut guard)? {
-                    self.last_commit_ts = Some(info.ts);
-                }
-                Ok(Output::command("COMMIT"))
-            }
+    /// BEGIN, COMMIT and ROLLBACK (`None` for any other statement): run
+    /// synchronously, with no planning, by the fast path and by
+    /// [`Session::execute_statement`] alike.
+    fn transaction_control(&mut self, stmt: &Statement) -> Option<Result<Output>> {
+        Some(match stmt {
+            Statement::Begin { read_only } => self.begin(*read_only),
+            Statement::Commit => self.commit(),
             Statement::Rollback => {
                 self.txn = None;
                 self.failed = false;
                 Ok(Output::command("ROLLBACK"))
             }
+            _ => return None,
+        })
+    }
+
+    fn begin(&mut self, read_only: bool) -> Result<Output> {
+        if self.txn.is_none() {
+            let mut txn = match self.stale_read_ts()? {
+                Some(ts) if read_only => self.engine.mgr.begin_at(ts)?,
+                _ => self.engine.mgr.begin()?,
+            };
+            self.configure(&mut txn);
+            self.txn = Some(Arc::new(Mutex::new(txn)));
+            self.failed = false;
+            self.read_only = read_only || self.default_read_only;
+            self.txn_used = false;
+        } else if self.failed {
+            return Err(Error::InFailedTransaction);
+        }
+        Ok(Output::command("BEGIN"))
+    }
+
+    fn commit(&mut self) -> Result<Output> {
+        let Some(txn) = self.txn.take() else {
+            return Ok(Output::command("COMMIT"));
+        };
+        if std::mem::take(&mut self.failed) {
+            return Ok(Output::command("ROLLBACK"));
+        }
+        let mut guard = txn
+            .lock()
+            .map_err(|_| Error::Internal("transaction lock poisoned".into()))?;
+        if let Some(info) = crate::commit_txn(&mut guard)? {
+            self.last_commit_ts = Some(info.ts);
+        }
+        Ok(Output::command("COMMIT"))
+    }
+
+    pub async fn execute_statement(&mut self, stmt: Statement) -> Result<Output> {
+        if let Some(out) = self.transaction_control(&stmt) {
+            return out;
+        }
+        match stmt {
             Statement::Setting(setting) => {
                 if self.failed {
                     return Err(Error::InFailedTransaction);
