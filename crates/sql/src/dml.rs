@@ -1591,10 +1591,13 @@ struct CascadePlan {
     /// ancestry (to decode its row keys) and its index plans (row copies
     /// aside).
     indexes: HashMap<u32, (Table, Vec<Table>, Vec<IndexPlan>)>,
-    /// The row copies of the deleted tables (`Catalog::row_copy`): a copy's
-    /// key is the row's primary key, so the copies of a deleted row tree's
-    /// rows are one key range per copy — deleted as a range, not row by
-    /// row.
+    /// The row copy of the deleted row's own table (`Catalog::row_copy`),
+    /// if it has one: a copy's key is the row's primary key, so the
+    /// deleted row's entry is one key, deleted as such.
+    own_copy: Option<IndexPlan>,
+    /// The row copies of the other deleted tables: the copies of a deleted
+    /// row tree's rows are one key range per copy (their keys begin with
+    /// the deleted row's key values) — deleted as a range, not row by row.
     copies: Vec<IndexPlan>,
 }
 
@@ -1631,10 +1634,15 @@ impl CascadePlan {
             }
         }
         let selective = selective || !indexes.is_empty();
+        let own_copy = copies
+            .iter()
+            .position(|c| c.index.table == table.name)
+            .map(|i| copies.swap_remove(i));
         Ok(CascadePlan {
             deleted,
             selective,
             indexes,
+            own_copy,
             copies,
         })
     }
@@ -1706,13 +1714,17 @@ impl CascadePlan {
     }
 
     /// Deletes the row copies' entries of a deleted row tree (after the
-    /// checks that may refuse the delete): every copied row of the tree
-    /// has a key beginning with the deleted row's key values.
+    /// checks that may refuse the delete): the deleted row's own entry
+    /// (its key: the row's full key values), then, by range, the entries
+    /// of its descendants (their keys begin with those values).
     fn delete_copies(
         &self,
         txn: &mut spindle_txn::Transaction,
         key_values: &[Value],
     ) -> Result<()> {
+        if let Some(own) = &self.own_copy {
+            txn.delete(own.encode(key_values, true)?);
+        }
         for copy in &self.copies {
             let start = copy.encode(key_values, true)?;
             txn.delete_range(&start, prefix_end(&start).as_deref())?;
