@@ -46,8 +46,10 @@
 //! the `fdatasync` (~200 µs here) instead of before it. A commit uses
 //! [`Wal::flush_durable`], which does not wait for the apply: a bulk
 //! load's B-tree update outlasts the log write, and the commit is
-//! acknowledged once durable; readers wait for the apply instead
-//! ([`Wal::wait_applied_to`], through `Store::wait_readable`). A flush that finds
+//! acknowledged once durable. Point reads do not wait for the apply: the
+//! versions of every batch not yet applied are indexed by key
+//! ([`Wal::newest_unapplied`], through `Store::get_at`); scans wait for it
+//! ([`Wal::wait_applied_to`], through `Store::scan_at`). A flush that finds
 //! another committer's sync in progress waits for it, then syncs what is
 //! still pending (group commit: one sync covers every record appended
 //! before it began).
@@ -63,9 +65,15 @@
 //!   state after any crash (its last durable commit, whole) holds exactly
 //!   the records up to the LSN it stores.
 //! * A commit becomes visible (its timestamp published) only once its
-//!   record is durable, and a snapshot reads only once every published
-//!   commit's batch is applied (`Store::wait_readable`); callers that
-//!   apply without a flush and then read use [`Wal::wait_applied`].
+//!   record is durable. A snapshot's scan reads only once every published
+//!   commit's batch is applied (`Store::scan_at`); its point read looks in
+//!   the index of unapplied versions first, then in a data-file snapshot
+//!   taken after the look: a batch's versions are indexed before it is
+//!   queued and leave the index only after its group's redb commit, so
+//!   each published version is in one or the other (or the read waits,
+//!   while a batch too large to index, over [`INDEX_VERSIONS`] versions,
+//!   is unapplied). Callers that apply without a flush and then read the
+//!   data file use [`Wal::wait_applied`].
 //! * A record may be durable before its batch is applied. If the apply
 //!   then fails, the record would still be replayed after a restart, so the
 //!   log stops ([`Error::LogStopped`]): every later submit and flush fails
@@ -117,6 +125,10 @@ pub const CHECKPOINT_BYTES: u64 = 64 << 20;
 pub const ALLOCATE_BYTES: u64 = 4 << 20;
 /// Most batches the applier writes in one data-file transaction.
 const APPLY_GROUP: usize = 64;
+/// Most versions a batch may have to be indexed for point reads before it
+/// is applied ([`Unapplied`]); a larger one (a bulk load) makes readers
+/// wait for its apply instead.
+pub(crate) const INDEX_VERSIONS: usize = 1024;
 
 const OP_REMOVE: u8 = 0;
 const OP_INSERT: u8 = 1;
@@ -167,6 +179,28 @@ pub(crate) struct Record {
     pub(crate) ops: Vec<Op>,
     pub(crate) versions: Vec<Version>,
 }
+
+/// The versions of batches submitted but not yet in the data file, by
+/// logical key, for point reads ([`Wal::newest_unapplied`]): a snapshot
+/// may read a published commit's rows before the applier has written
+/// them, instead of waiting for it. A batch is indexed when it is
+/// submitted (before it is queued, so before it can be applied) and its
+/// entries leave once its group is committed to the data file (after the
+/// data file's generation moved: a reader that looks here and then takes
+/// a data-file snapshot finds every batch in one or the other).
+#[derive(Default)]
+struct Unapplied {
+    /// Logical key → its unapplied versions, in LSN order.
+    versions: std::collections::HashMap<Vec<u8>, Vec<UnappliedVersion>>,
+    /// The LSN of the last batch submitted without being indexed (more
+    /// than [`INDEX_VERSIONS`] versions): until it is applied, readers
+    /// wait for the apply rather than look here.
+    unindexed: u64,
+}
+
+/// One version in [`Unapplied`]: its batch's LSN, its commit timestamp,
+/// and the row (`None`: a tombstone).
+type UnappliedVersion = (u64, Timestamp, Option<Vec<u8>>);
 
 /// Records appended but not yet written, and the LSN of the last one.
 #[derive(Default)]
@@ -219,6 +253,8 @@ struct Shared {
     output: Mutex<Output>,
     /// Batches submitted, not yet applied, in LSN order.
     queue: Mutex<VecDeque<Record>>,
+    /// Their versions, by key, for point reads ([`Unapplied`]).
+    unapplied: Mutex<Unapplied>,
     /// Writes a record's batch inside a write transaction (the store's
     /// head logic); recovery replays records with it too.
     apply: ApplyFn,
@@ -436,6 +472,21 @@ impl Shared {
             write_lsn(t, lsn)
         }) {
             Ok(()) => {
+                // The data file's snapshots hold the group now: its
+                // versions leave the index (see `Unapplied`).
+                if !group.versions.is_empty() {
+                    let Ok(mut u) = lock(&self.unapplied) else {
+                        return self.fail();
+                    };
+                    for (key, _, _) in &group.versions {
+                        if let Some(list) = u.versions.get_mut(key) {
+                            list.retain(|(l, _, _)| *l > lsn);
+                            if list.is_empty() {
+                                u.versions.remove(key);
+                            }
+                        }
+                    }
+                }
                 // Before the LSN moves: whoever waits for the apply finds
                 // the observer told (it never blocks: see its docs).
                 tell_replaced(&self.replaced, &replaced, &group.versions);
@@ -605,6 +656,7 @@ impl Wal {
             }),
             output: Mutex::new(output),
             queue: Mutex::new(VecDeque::new()),
+            unapplied: Mutex::new(Unapplied::default()),
             apply,
             replaced: std::sync::OnceLock::new(),
             work: Condvar::new(),
@@ -651,6 +703,19 @@ impl Wal {
         }
         s.appended_lsn.store(lsn, Ordering::Release);
         *next += 1;
+        if !versions.is_empty() {
+            let mut u = lock(&s.unapplied)?;
+            if versions.len() <= INDEX_VERSIONS {
+                for (key, ts, value) in &versions {
+                    u.versions
+                        .entry(key.clone())
+                        .or_default()
+                        .push((lsn, *ts, value.clone()));
+                }
+            } else {
+                u.unindexed = lsn;
+            }
+        }
         // The applier is woken by the flush or wait that follows (one
         // wake-up per commit, not one per batch of a two-phase commit).
         lock(&s.queue)?.push_back(Record { lsn, ops, versions });
@@ -733,6 +798,42 @@ impl Wal {
         }
         s.wake_applier(lsn);
         s.wait_applied(lsn)
+    }
+
+    /// For a point read of logical `key` at `ts` by a snapshot that needs
+    /// every batch up to `lsn`: the newest version at or below `ts` among
+    /// the batches not yet in the data file (`None`: none of them has
+    /// one). The caller then reads the data file — a snapshot taken after
+    /// this call — and keeps the newer of the two: a batch that left the
+    /// index before the look is in that snapshot. When the index cannot
+    /// answer (a batch too large to index is still unapplied) this waits
+    /// for the apply, as [`Wal::wait_applied_to`], and returns `None`.
+    pub(crate) fn newest_unapplied(
+        &self,
+        key: &[u8],
+        ts: Timestamp,
+        lsn: u64,
+    ) -> Result<Option<(Timestamp, Option<Vec<u8>>)>> {
+        let s = &self.shared;
+        if s.applied_lsn.load(Ordering::Acquire) >= lsn {
+            return Ok(None);
+        }
+        {
+            let u = lock(&s.unapplied)?;
+            if u.unindexed <= s.applied_lsn.load(Ordering::Acquire) {
+                // A stopped log applies nothing more: what it holds is
+                // not readable (as for a wait).
+                s.check()?;
+                return Ok(u.versions.get(key).and_then(|list| {
+                    list.iter()
+                        .filter(|(_, t, _)| *t <= ts)
+                        .max_by_key(|(_, t, _)| *t)
+                        .map(|(_, t, v)| (*t, v.clone()))
+                }));
+            }
+        }
+        self.wait_applied_to(lsn)?;
+        Ok(None)
     }
 
     /// Sets the observer of what applied groups replace (once; later
