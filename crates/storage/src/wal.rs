@@ -35,10 +35,16 @@
 //!   applier:                                                                 └─► redb write txn: heads, versions, meta/wal_lsn ─ commit ─ applied = LSN
 //! ```
 //!
-//! [`Wal::submit`] only encodes the record and queues the batch; the
-//! applier thread (woken by the flush, once per commit) writes queued batches to the data file in LSN order (the
+//! [`Wal::submit`] only encodes the record, indexes the batch's versions
+//! for point reads ([`Wal::newest_unapplied`]) and queues the batch; the
+//! applier thread writes queued batches to the data file in LSN order (the
 //! batches queued when it looks share one write transaction: a two-phase
-//! commit's prepares and apply, or concurrent commits), while the committer writes and syncs
+//! commit's prepares and apply, or concurrent commits). A flush that runs
+//! alone wakes it at once; flushes that overlap others let batches gather
+//! — up to [`APPLY_BATCHES`] of them, or for [`APPLY_DELAY`] — so that one
+//! data-file transaction (its copy-on-write pages, checksums and commit)
+//! serves many commits; anyone who waits for the apply (a scan, a flush
+//! that needs the data file) ends the gathering. Meanwhile the committer writes and syncs
 //! the log in [`Wal::flush`] (PostgreSQL's backend does the same I/O; its
 //! data pages were changed before the commit). The flush returns once the
 //! log is durable and the data file has every batch submitted before it
@@ -125,6 +131,13 @@ pub const CHECKPOINT_BYTES: u64 = 64 << 20;
 pub const ALLOCATE_BYTES: u64 = 4 << 20;
 /// Most batches the applier writes in one data-file transaction.
 const APPLY_GROUP: usize = 64;
+/// While commits flush concurrently, the applier waits for this many
+/// queued batches, or for [`APPLY_DELAY`], before it writes them: one
+/// data-file transaction for many commits (see [`Shared::run_applier`]).
+const APPLY_BATCHES: usize = 32;
+/// How long queued batches wait for more before the applier writes them
+/// (when nothing asked for them sooner).
+const APPLY_DELAY: std::time::Duration = std::time::Duration::from_millis(1);
 /// Most versions a batch may have to be indexed for point reads before it
 /// is applied ([`Unapplied`]); a larger one (a bulk load) makes readers
 /// wait for its apply instead.
@@ -192,10 +205,6 @@ pub(crate) struct Record {
 struct Unapplied {
     /// Logical key → its unapplied versions, in LSN order.
     versions: std::collections::HashMap<Vec<u8>, Vec<UnappliedVersion>>,
-    /// The LSN of the last batch submitted without being indexed (more
-    /// than [`INDEX_VERSIONS`] versions): until it is applied, readers
-    /// wait for the apply rather than look here.
-    unindexed: u64,
 }
 
 /// One version in [`Unapplied`]: its batch's LSN, its commit timestamp,
@@ -255,6 +264,24 @@ struct Shared {
     queue: Mutex<VecDeque<Record>>,
     /// Their versions, by key, for point reads ([`Unapplied`]).
     unapplied: Mutex<Unapplied>,
+    /// The LSN of the last batch submitted without being indexed (more
+    /// than [`INDEX_VERSIONS`] versions; stored with `unapplied` locked):
+    /// until it is applied, readers wait for the apply rather than look in
+    /// the index, and flushes wake the applier at once.
+    unindexed: AtomicU64,
+    /// How many batches are queued (stored with `queue` locked).
+    queued: AtomicUsize,
+    /// Threads in [`Wal::flush_then`]: a flush that is alone wakes the
+    /// applier at once (it writes the batch during the sync); one among
+    /// others lets batches gather ([`APPLY_BATCHES`]).
+    flushing: AtomicUsize,
+    /// Set when someone needs the queued batches applied now (a reader
+    /// waiting for them, a lone flush, a full queue): the applier stops
+    /// gathering.
+    urgent: AtomicBool,
+    /// Set by the applier, with `queue` locked, while it sleeps with
+    /// nothing queued (as opposed to gathering: `applier_asleep` alone).
+    applier_idle: AtomicBool,
     /// Writes a record's batch inside a write transaction (the store's
     /// head logic); recovery replays records with it too.
     apply: ApplyFn,
@@ -363,10 +390,11 @@ impl Shared {
 
     /// Wakes the applier if batches up to `lsn` are still queued.
     fn wake_applier(&self, lsn: u64) {
-        if self.applied_lsn.load(Ordering::Acquire) < lsn
-            && self.applier_asleep.load(Ordering::SeqCst)
-        {
-            self.work.notify_one();
+        if self.applied_lsn.load(Ordering::Acquire) < lsn {
+            self.urgent.store(true, Ordering::SeqCst);
+            if self.applier_asleep.load(Ordering::SeqCst) {
+                self.work.notify_one();
+            }
         }
     }
 
@@ -380,8 +408,11 @@ impl Shared {
         // Under the lock the flag is exact: a batch still queued while the
         // applier sleeps (its submitter's wake-up not yet sent) is started
         // here rather than waited for.
-        if !q.is_empty() && self.applier_asleep.load(Ordering::SeqCst) {
-            self.work.notify_one();
+        if !q.is_empty() {
+            self.urgent.store(true, Ordering::SeqCst);
+            if self.applier_asleep.load(Ordering::SeqCst) {
+                self.work.notify_one();
+            }
         }
         // Counted before `applied_lsn` is read again: the applier stores
         // the LSN, then reads the count (both SeqCst), so either this
@@ -424,9 +455,28 @@ impl Shared {
                 let Ok(mut q) = lock(&self.queue) else {
                     return self.fail();
                 };
+                let mut gathered = false;
                 loop {
                     if !q.is_empty() {
-                        break take_group(&mut q);
+                        if gathered
+                            || q.len() >= APPLY_BATCHES
+                            || self.urgent.swap(false, Ordering::SeqCst)
+                            || self.stop.load(Ordering::Acquire)
+                        {
+                            let group = take_group(&mut q);
+                            self.queued.store(q.len(), Ordering::Release);
+                            break group;
+                        }
+                        // Gather: more commits are flushing (see
+                        // `Wal::flush_then`). A wake-up ends it early.
+                        self.applier_asleep.store(true, Ordering::SeqCst);
+                        q = match self.work.wait_timeout(q, APPLY_DELAY) {
+                            Ok((q, _)) => q,
+                            Err(_) => return self.fail(),
+                        };
+                        self.applier_asleep.store(false, Ordering::SeqCst);
+                        gathered = true;
+                        continue;
                     }
                     if self.checkpoint_due() {
                         break Vec::new();
@@ -434,12 +484,14 @@ impl Shared {
                     if self.stop.load(Ordering::Acquire) {
                         return;
                     }
+                    self.applier_idle.store(true, Ordering::SeqCst);
                     self.applier_asleep.store(true, Ordering::SeqCst);
                     q = match self.work.wait(q) {
                         Ok(q) => q,
                         Err(_) => return self.fail(),
                     };
                     self.applier_asleep.store(false, Ordering::SeqCst);
+                    self.applier_idle.store(false, Ordering::SeqCst);
                 }
             };
             self.apply_jobs(kv, jobs);
@@ -534,7 +586,9 @@ impl Shared {
                         .0;
                     self.applier_asleep.store(false, Ordering::SeqCst);
                 }
-                take_group(&mut q)
+                let group = take_group(&mut q);
+                self.queued.store(q.len(), Ordering::Release);
+                group
             };
             self.apply_jobs(kv, jobs);
             self.check()?;
@@ -545,6 +599,27 @@ impl Shared {
         self.checkpoints.fetch_add(1, Ordering::AcqRel);
         tracing::debug!(lsn = durable, "write-ahead log checkpointed");
         Ok(())
+    }
+}
+
+/// A thread in [`Wal::flush_then`], counted in `Shared::flushing` while
+/// it lives.
+struct Flushing<'a> {
+    shared: &'a Shared,
+    /// No other flush was running when this one began.
+    alone: bool,
+}
+
+impl<'a> Flushing<'a> {
+    fn enter(shared: &'a Shared) -> Flushing<'a> {
+        let alone = shared.flushing.fetch_add(1, Ordering::AcqRel) == 0;
+        Flushing { shared, alone }
+    }
+}
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        self.shared.flushing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -657,6 +732,11 @@ impl Wal {
             output: Mutex::new(output),
             queue: Mutex::new(VecDeque::new()),
             unapplied: Mutex::new(Unapplied::default()),
+            unindexed: AtomicU64::new(0),
+            queued: AtomicUsize::new(0),
+            flushing: AtomicUsize::new(0),
+            urgent: AtomicBool::new(false),
+            applier_idle: AtomicBool::new(false),
             apply,
             replaced: std::sync::OnceLock::new(),
             work: Condvar::new(),
@@ -713,12 +793,16 @@ impl Wal {
                         .push((lsn, *ts, value.clone()));
                 }
             } else {
-                u.unindexed = lsn;
+                s.unindexed.store(lsn, Ordering::Release);
             }
         }
         // The applier is woken by the flush or wait that follows (one
         // wake-up per commit, not one per batch of a two-phase commit).
-        lock(&s.queue)?.push_back(Record { lsn, ops, versions });
+        {
+            let mut q = lock(&s.queue)?;
+            q.push_back(Record { lsn, ops, versions });
+            s.queued.store(q.len(), Ordering::Release);
+        }
         Ok(lsn)
     }
 
@@ -744,8 +828,20 @@ impl Wal {
         let s = &self.shared;
         s.check()?;
         let target = s.appended_lsn.load(Ordering::Acquire);
-        // Queued batches are applied while this thread syncs the log.
-        s.wake_applier(target);
+        let _flushing = Flushing::enter(s);
+        // Alone, this flush has the applier write the queued batches while
+        // it syncs the log (a lone client's next scan finds them applied);
+        // among other flushes, batches gather for one data-file
+        // transaction — readers do not wait for them (`Unapplied`) — and
+        // the applier is only started on its wait ([`APPLY_DELAY`]).
+        if _flushing.alone
+            || s.queued.load(Ordering::Acquire) >= APPLY_BATCHES
+            || s.unindexed.load(Ordering::Acquire) > s.applied_lsn.load(Ordering::Acquire)
+        {
+            s.wake_applier(target);
+        } else if s.applier_idle.load(Ordering::SeqCst) {
+            s.work.notify_one();
+        }
         let group = s.group.load(Ordering::Relaxed);
         if !group || s.durable_lsn.load(Ordering::Acquire) < target {
             let mut out = lock(&s.output)?;
@@ -820,7 +916,7 @@ impl Wal {
         }
         {
             let u = lock(&s.unapplied)?;
-            if u.unindexed <= s.applied_lsn.load(Ordering::Acquire) {
+            if s.unindexed.load(Ordering::Acquire) <= s.applied_lsn.load(Ordering::Acquire) {
                 // A stopped log applies nothing more: what it holds is
                 // not readable (as for a wait).
                 s.check()?;
@@ -1381,6 +1477,60 @@ mod tests {
             }
         }
         assert_eq!(stored_lsn(&kv).unwrap(), 200);
+    }
+
+    /// Concurrent durable flushes (which let batches gather for the
+    /// applier rather than wake it) are each covered by a sync, and every
+    /// batch reaches the data file with nobody waiting for it: no batch is
+    /// left in the queue once the flushes stop.
+    #[test]
+    fn gathered_batches_are_all_applied_without_a_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = open(dir.path());
+        let wal = Wal::recover(dir.path(), kv.clone(), replay).unwrap();
+        std::thread::scope(|scope| {
+            for thread in 0..6u32 {
+                let wal = &wal;
+                scope.spawn(move || {
+                    for i in 0..40u32 {
+                        let key = format!("t{thread}/{i}").into_bytes();
+                        let lsn = wal.submit(vec![(key, Some(vec![1]))], Vec::new()).unwrap();
+                        wal.flush_durable().unwrap();
+                        assert!(wal.durable_lsn() >= lsn);
+                    }
+                });
+            }
+        });
+        let applied = |appended: u64| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while wal.shared.applied_lsn.load(Ordering::Acquire) < appended {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "batches left unapplied: {} of {appended}",
+                    wal.shared.applied_lsn.load(Ordering::Acquire)
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        assert_eq!(wal.appended_lsn(), 240);
+        applied(240);
+        // A flush while another is in progress (held here) does not wake
+        // the idle applier to apply at once; its batch is applied after
+        // the gathering delay all the same.
+        {
+            let _other = Flushing::enter(&wal.shared);
+            wal.submit(vec![(b"late".to_vec(), Some(vec![2]))], Vec::new())
+                .unwrap();
+            wal.flush_durable().unwrap();
+            applied(241);
+        }
+        assert_eq!(kv.get(b"late").unwrap(), Some(vec![2]));
+        for thread in 0..6u32 {
+            for i in 0..40u32 {
+                let key = format!("t{thread}/{i}").into_bytes();
+                assert_eq!(kv.get(&key).unwrap(), Some(vec![1]));
+            }
+        }
     }
 
     /// Records written through the kept (emptied) buffer of an earlier
