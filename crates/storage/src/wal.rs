@@ -205,6 +205,12 @@ pub(crate) struct Record {
 struct Unapplied {
     /// Logical key → its unapplied versions, in LSN order.
     versions: std::collections::HashMap<Vec<u8>, Vec<UnappliedVersion>>,
+    /// Each unapplied batch too large to index (more than
+    /// [`INDEX_VERSIONS`] versions): its LSN and the smallest and largest
+    /// logical key it writes. A point read of a key inside a span waits
+    /// for the apply; any other key is answered from `versions` (a bulk
+    /// load into one table does not hold up reads of another).
+    spans: Vec<(u64, Vec<u8>, Vec<u8>)>,
 }
 
 /// One version in [`Unapplied`]: its batch's LSN, its commit timestamp,
@@ -530,7 +536,14 @@ impl Shared {
                     let Ok(mut u) = lock(&self.unapplied) else {
                         return self.fail();
                     };
-                    for (key, _, _) in &group.versions {
+                    u.spans.retain(|(l, _, _)| *l > lsn);
+                    // (A group of unindexed batches alone has nothing here.)
+                    let indexed = if u.versions.is_empty() {
+                        &[][..]
+                    } else {
+                        &group.versions[..]
+                    };
+                    for (key, _, _) in indexed {
                         if let Some(list) = u.versions.get_mut(key) {
                             list.retain(|(l, _, _)| *l > lsn);
                             if list.is_empty() {
@@ -793,6 +806,10 @@ impl Wal {
                         .push((lsn, *ts, value.clone()));
                 }
             } else {
+                let keys = || versions.iter().map(|(k, _, _)| k);
+                if let (Some(lo), Some(hi)) = (keys().min(), keys().max()) {
+                    u.spans.push((lsn, lo.clone(), hi.clone()));
+                }
                 s.unindexed.store(lsn, Ordering::Release);
             }
         }
@@ -902,8 +919,9 @@ impl Wal {
     /// one). The caller then reads the data file — a snapshot taken after
     /// this call — and keeps the newer of the two: a batch that left the
     /// index before the look is in that snapshot. When the index cannot
-    /// answer (a batch too large to index is still unapplied) this waits
-    /// for the apply, as [`Wal::wait_applied_to`], and returns `None`.
+    /// answer (the key falls in the key span of a batch too large to
+    /// index, still unapplied) this waits for the apply, as
+    /// [`Wal::wait_applied_to`], and returns `None`.
     pub(crate) fn newest_unapplied(
         &self,
         key: &[u8],
@@ -916,7 +934,11 @@ impl Wal {
         }
         {
             let u = lock(&s.unapplied)?;
-            if s.unindexed.load(Ordering::Acquire) <= s.applied_lsn.load(Ordering::Acquire) {
+            let in_bulk = u
+                .spans
+                .iter()
+                .any(|(l, lo, hi)| *l <= lsn && lo.as_slice() <= key && key <= hi.as_slice());
+            if !in_bulk {
                 // A stopped log applies nothing more: what it holds is
                 // not readable (as for a wait).
                 s.check()?;
@@ -930,6 +952,11 @@ impl Wal {
         }
         self.wait_applied_to(lsn)?;
         Ok(None)
+    }
+
+    /// Whether every batch up to `lsn` is in the data file.
+    pub(crate) fn is_applied(&self, lsn: u64) -> bool {
+        self.shared.applied_lsn.load(Ordering::Acquire) >= lsn
     }
 
     /// Sets the observer of what applied groups replace (once; later

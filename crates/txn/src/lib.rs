@@ -1893,6 +1893,13 @@ impl AbsentKeys {
         self.last_miss.clear();
         self.last_miss.extend_from_slice(key);
         if self.run >= ASCENDING_MISSES {
+            // The stretch is learnt by a scan, which waits for the applier
+            // to reach the snapshot; a point read does not. While the data
+            // file is behind (a bulk load just committed), go on with point
+            // reads and try again at the next miss.
+            if !store.is_applied(lsn) {
+                return Ok(());
+            }
             self.run = 0;
             let next = store
                 .scan_at(key, None, ts, lsn)
