@@ -77,8 +77,8 @@
 //!   taken after the look: a batch's versions are indexed before it is
 //!   queued and leave the index only after its group's redb commit, so
 //!   each published version is in one or the other (or the read waits,
-//!   while a batch too large to index, over [`INDEX_VERSIONS`] versions,
-//!   is unapplied). Callers that apply without a flush and then read the
+//!   for a key inside the key span of an unapplied batch too large to
+//!   index, over [`INDEX_VERSIONS`] versions). Callers that apply without a flush and then read the
 //!   data file use [`Wal::wait_applied`].
 //! * A record may be durable before its batch is applied. If the apply
 //!   then fails, the record would still be replayed after a restart, so the

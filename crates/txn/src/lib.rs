@@ -36,8 +36,9 @@
 //! load's B-tree update takes longer than the log write). A snapshot
 //! notes the log position its commits reach (`read_lsn`); a point read
 //! then reads the data file and the log's unapplied batches
-//! (`Store::get_at`: no wait, unless a bulk batch too large to index is
-//! on its way), and a scan waits until the data file holds them all
+//! (`Store::get_at`: no wait, unless the key is in the key span of a
+//! bulk batch too large to index, on its way), and a scan waits until
+//! the data file holds them all
 //! (`Store::scan_at`: an atomic load when the apply is done, the usual
 //! case). This is Spanner's safe time: a read at a timestamp waits until
 //! the replica has applied everything up to it. (Snapshots used to wait
