@@ -520,6 +520,18 @@ impl Shared {
         if self.failed.load(Ordering::Acquire) {
             return; // dropped: the log stopped before them
         }
+        // Where each indexed batch's versions lie in the merged group
+        // (`merge_group` appends them in batch order): only those keys
+        // are in the index, not a bulk batch's thousands.
+        let mut indexed = Vec::new();
+        let mut at = 0;
+        for job in &jobs {
+            let n = job.versions.len();
+            if n <= INDEX_VERSIONS {
+                indexed.push(at..at + n);
+            }
+            at += n;
+        }
         let group = merge_group(jobs);
         let Ok(_running) = lock(&self.pause) else {
             return self.fail();
@@ -537,13 +549,11 @@ impl Shared {
                         return self.fail();
                     };
                     u.spans.retain(|(l, _, _)| *l > lsn);
-                    // (A group of unindexed batches alone has nothing here.)
-                    let indexed = if u.versions.is_empty() {
-                        &[][..]
-                    } else {
-                        &group.versions[..]
-                    };
-                    for (key, _, _) in indexed {
+                    let indexed_versions = indexed
+                        .iter()
+                        .filter_map(|r| group.versions.get(r.clone()))
+                        .flatten();
+                    for (key, _, _) in indexed_versions {
                         if let Some(list) = u.versions.get_mut(key) {
                             list.retain(|(l, _, _)| *l > lsn);
                             if list.is_empty() {
