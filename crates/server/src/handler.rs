@@ -605,7 +605,10 @@ fn row_description(fields: &[FieldInfo]) -> RowDescription {
 /// Encodes record batches as DataRows in the fields' types and formats.
 #[allow(clippy::result_large_err)] // built once per failed statement
 fn data_rows(batches: &[RecordBatch], fields: &[FieldInfo]) -> Result<Vec<DataRow>, ErrorInfo> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
+    // Rows of one result are alike: each starts with the largest buffer a
+    // row needed so far, and is rarely grown.
+    let mut capacity = 16 * fields.len();
     for batch in batches {
         if batch.num_columns() != fields.len() {
             return Err(ErrorInfo::new(
@@ -614,31 +617,42 @@ fn data_rows(batches: &[RecordBatch], fields: &[FieldInfo]) -> Result<Vec<DataRo
                 "result does not match its description".into(),
             ));
         }
+        let text: Vec<Option<types::TextColumn>> = batch
+            .columns()
+            .iter()
+            .zip(fields)
+            .map(|(col, field)| {
+                (field.format() == FieldFormat::Text)
+                    .then(|| types::TextColumn::of(col.as_ref(), field.datatype()))
+            })
+            .collect();
         for row in 0..batch.num_rows() {
-            let mut buf = BytesMut::new();
-            for (col, field) in batch.columns().iter().zip(fields) {
-                let v = spindle_sql::types::array_value(col.as_ref(), row)
-                    .map_err(|e| statement_error(&e))?;
-                if v == Value::Null {
-                    buf.put_i32(-1);
-                    continue;
-                }
+            let mut buf = BytesMut::with_capacity(capacity);
+            for ((col, field), text) in batch.columns().iter().zip(fields).zip(&text) {
                 let at = buf.len();
                 buf.put_i32(0);
-                match field.format() {
-                    FieldFormat::Text => {
-                        let s = types::text(&v, field.datatype()).unwrap_or_default();
-                        buf.put_slice(s.as_bytes());
+                if let Some(text) = text {
+                    if !text.write(row, &mut buf).map_err(|e| statement_error(&e))? {
+                        buf.truncate(at);
+                        buf.put_i32(-1);
+                        continue;
                     }
-                    FieldFormat::Binary => {
-                        types::write_binary(&v, field.datatype(), &mut buf).map_err(|e| {
-                            ErrorInfo::new("ERROR".into(), e.sqlstate.into(), e.message)
-                        })?;
+                } else {
+                    let v = spindle_sql::types::array_value(col.as_ref(), row)
+                        .map_err(|e| statement_error(&e))?;
+                    if v == Value::Null {
+                        buf.truncate(at);
+                        buf.put_i32(-1);
+                        continue;
                     }
+                    types::write_binary(&v, field.datatype(), &mut buf).map_err(|e| {
+                        ErrorInfo::new("ERROR".into(), e.sqlstate.into(), e.message)
+                    })?;
                 }
                 let len = (buf.len() - at - 4) as i32;
                 buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
             }
+            capacity = capacity.max(buf.len());
             out.push(DataRow::new(buf, fields.len() as i16));
         }
     }

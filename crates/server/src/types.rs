@@ -25,6 +25,10 @@
 //! Describe and Execute always agree.
 
 use bytes::{BufMut, BytesMut};
+use datafusion::arrow::array::{
+    Array, BooleanArray, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array,
+    LargeStringArray, StringArray, StringViewArray,
+};
 use datafusion::arrow::datatypes::{DataType as ArrowType, Field};
 use pgwire::api::Type;
 use spindle_keys::value::{format_numeric, parse_numeric, NUMERIC_SCALE};
@@ -112,26 +116,200 @@ fn binary_invalid(t: &Type) -> ValueError {
 /// shortest string that reads back as the same value, in exponent form
 /// when the decimal exponent is below -4 or at least `max_exp`.
 pub fn float_text(f: f64, max_exp: i32) -> String {
+    let mut buf = BytesMut::with_capacity(32);
+    write_float_text(&mut buf, f, max_exp);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Appends [`float_text`]'s form of `f` to `buf` without allocating: the
+/// shortest digits come from one `{:e}` formatting on the stack, and the
+/// decimal form is laid out from them (`{}` prints the same shortest
+/// digits, only placed differently):
+///
+/// ```text
+///   {:e}   -1.2345e2 → sign "-", digits "12345", exponent 2
+///   exponent < -4 or ≥ max_exp:  -1.2345e+02   (mantissa as printed)
+///   exponent ≥ 0:                -123.45       (digits, point after exponent + 1)
+///   exponent < 0:                -0.0012345    (0. then -exponent - 1 zeros)
+/// ```
+pub fn write_float_text(buf: &mut BytesMut, f: f64, max_exp: i32) {
+    use std::fmt::Write as _;
     if f.is_nan() {
-        return "NaN".into();
+        return buf.put_slice(b"NaN");
     }
     if f.is_infinite() {
-        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+        return buf.put_slice(if f > 0.0 { b"Infinity" } else { b"-Infinity" });
     }
     if f == 0.0 {
-        return if f.is_sign_negative() { "-0" } else { "0" }.into();
+        return buf.put_slice(if f.is_sign_negative() { b"-0" } else { b"0" });
     }
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
+    let mut sci = StackText::default();
+    // An f64's `{:e}` is at most 24 bytes ("-1.2345678901234567e-308").
+    if write!(sci, "{f:e}").is_err() {
+        return buf.put_slice(format!("{f:e}").as_bytes());
+    }
+    let sci = sci.as_bytes();
+    let e_at = sci.iter().rposition(|&b| b == b'e').unwrap_or(sci.len());
+    let (mantissa, exp_text) = (&sci[..e_at], sci.get(e_at + 1..).unwrap_or(&[]));
+    let exp = std::str::from_utf8(exp_text)
+        .ok()
+        .and_then(|e| e.parse::<i32>().ok())
+        .unwrap_or(0);
     if exp < -4 || exp >= max_exp {
-        format!(
-            "{mantissa}e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.abs()
-        )
+        buf.put_slice(mantissa);
+        buf.put_u8(b'e');
+        buf.put_u8(if exp < 0 { b'-' } else { b'+' });
+        let abs = exp.unsigned_abs();
+        if abs < 10 {
+            buf.put_u8(b'0');
+        }
+        let mut e = StackText::default();
+        let _ = write!(e, "{abs}");
+        buf.put_slice(e.as_bytes());
+        return;
+    }
+    let (negative, mantissa) = match mantissa.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, mantissa),
+    };
+    if negative {
+        buf.put_u8(b'-');
+    }
+    let mut digits = [0u8; 32];
+    let mut n = 0;
+    for &b in mantissa.iter().filter(|b| b.is_ascii_digit()) {
+        if n < digits.len() {
+            digits[n] = b;
+            n += 1;
+        }
+    }
+    let digits = &digits[..n];
+    if exp >= 0 {
+        let int_len = exp as usize + 1;
+        if digits.len() <= int_len {
+            buf.put_slice(digits);
+            buf.put_bytes(b'0', int_len - digits.len());
+        } else {
+            buf.put_slice(&digits[..int_len]);
+            buf.put_u8(b'.');
+            buf.put_slice(&digits[int_len..]);
+        }
     } else {
-        format!("{f}")
+        buf.put_slice(b"0.");
+        buf.put_bytes(b'0', (-exp - 1) as usize);
+        buf.put_slice(digits);
+    }
+}
+
+/// A formatting target on the stack, for numbers written into a row's
+/// buffer without a `String` each.
+struct StackText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Default for StackText {
+    fn default() -> Self {
+        StackText {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+impl StackText {
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let slot = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        slot.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// A result column written in text format straight from its Arrow array:
+/// the common types without a [`Value`] or a `String` per cell (the same
+/// text [`text`] gives their values); any other type goes through
+/// [`spindle_sql::types::array_value`] and [`text`].
+pub enum TextColumn<'a> {
+    Int64(&'a Int64Array),
+    Int32(&'a Int32Array),
+    Int16(&'a Int16Array),
+    /// The flag: described as float4 (printed with a float4's digits).
+    Float64(&'a Float64Array, bool),
+    Float32(&'a Float32Array, bool),
+    Bool(&'a BooleanArray),
+    Utf8(&'a StringArray),
+    LargeUtf8(&'a LargeStringArray),
+    Utf8View(&'a StringViewArray),
+    Other(&'a dyn Array, Type),
+}
+
+impl<'a> TextColumn<'a> {
+    pub fn of(array: &'a dyn Array, t: &Type) -> Self {
+        let any = array.as_any();
+        let float4 = *t == Type::FLOAT4;
+        let fast = match array.data_type() {
+            ArrowType::Int64 => any.downcast_ref().map(TextColumn::Int64),
+            ArrowType::Int32 => any.downcast_ref().map(TextColumn::Int32),
+            ArrowType::Int16 => any.downcast_ref().map(TextColumn::Int16),
+            ArrowType::Float64 => any.downcast_ref().map(|a| TextColumn::Float64(a, float4)),
+            ArrowType::Float32 => any.downcast_ref().map(|a| TextColumn::Float32(a, float4)),
+            ArrowType::Boolean => any.downcast_ref().map(TextColumn::Bool),
+            ArrowType::Utf8 => any.downcast_ref().map(TextColumn::Utf8),
+            ArrowType::LargeUtf8 => any.downcast_ref().map(TextColumn::LargeUtf8),
+            ArrowType::Utf8View => any.downcast_ref().map(TextColumn::Utf8View),
+            _ => None,
+        };
+        fast.unwrap_or_else(|| TextColumn::Other(array, t.clone()))
+    }
+
+    /// Appends row `row`'s text form to `buf` and returns true; returns
+    /// false (nothing written) for NULL.
+    pub fn write(&self, row: usize, buf: &mut BytesMut) -> spindle_sql::Result<bool> {
+        use std::fmt::Write as _;
+        let int = |i: i64, buf: &mut BytesMut| {
+            let mut t = StackText::default();
+            let _ = write!(t, "{i}");
+            buf.put_slice(t.as_bytes());
+        };
+        let float = |f: f64, float4: bool, buf: &mut BytesMut| {
+            if float4 {
+                write_float_text(buf, f as f32 as f64, 6)
+            } else {
+                write_float_text(buf, f, 15)
+            }
+        };
+        macro_rules! cell {
+            ($a:expr, $write:expr) => {{
+                if $a.is_null(row) {
+                    return Ok(false);
+                }
+                $write($a.value(row));
+            }};
+        }
+        match self {
+            TextColumn::Int64(a) => cell!(a, |v: i64| int(v, buf)),
+            TextColumn::Int32(a) => cell!(a, |v: i32| int(v.into(), buf)),
+            TextColumn::Int16(a) => cell!(a, |v: i16| int(v.into(), buf)),
+            TextColumn::Float64(a, f4) => cell!(a, |v: f64| float(v, *f4, buf)),
+            TextColumn::Float32(a, f4) => cell!(a, |v: f32| float(v.into(), *f4, buf)),
+            TextColumn::Bool(a) => cell!(a, |v: bool| buf.put_u8(if v { b't' } else { b'f' })),
+            TextColumn::Utf8(a) => cell!(a, |v: &str| buf.put_slice(v.as_bytes())),
+            TextColumn::LargeUtf8(a) => cell!(a, |v: &str| buf.put_slice(v.as_bytes())),
+            TextColumn::Utf8View(a) => cell!(a, |v: &str| buf.put_slice(v.as_bytes())),
+            TextColumn::Other(a, t) => match text(&spindle_sql::types::array_value(*a, row)?, t) {
+                Some(s) => buf.put_slice(s.as_bytes()),
+                None => return Ok(false),
+            },
+        }
+        Ok(true)
     }
 }
 
@@ -499,6 +677,156 @@ mod tests {
         assert_eq!(float_text(-0.0, 15), "-0");
         assert_eq!(float_text(0.1 + 0.2, 15), "0.30000000000000004");
         assert_eq!(float_text(f64::NEG_INFINITY, 15), "-Infinity");
+    }
+
+    /// The text form before `write_float_text` (two formattings and two
+    /// `String`s): the reference the stack-built form must equal.
+    fn float_text_reference(f: f64, max_exp: i32) -> String {
+        if f.is_nan() {
+            return "NaN".into();
+        }
+        if f.is_infinite() {
+            return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+        }
+        if f == 0.0 {
+            return if f.is_sign_negative() { "-0" } else { "0" }.into();
+        }
+        let sci = format!("{f:e}");
+        let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        if exp < -4 || exp >= max_exp {
+            format!(
+                "{mantissa}e{}{:02}",
+                if exp < 0 { '-' } else { '+' },
+                exp.abs()
+            )
+        } else {
+            format!("{f}")
+        }
+    }
+
+    proptest::proptest! {
+        /// Any f64 (every bit pattern: subnormals, NaNs, the extremes) and
+        /// any f32 print as the reference prints them.
+        #[test]
+        fn floats_built_on_the_stack_print_as_before(bits: u64, bits32: u32, max_exp in 1i32..20) {
+            let f = f64::from_bits(bits);
+            proptest::prop_assert_eq!(float_text(f, 15), float_text_reference(f, 15));
+            proptest::prop_assert_eq!(float_text(f, max_exp), float_text_reference(f, max_exp));
+            let g = f32::from_bits(bits32) as f64;
+            proptest::prop_assert_eq!(float_text(g, 6), float_text_reference(g, 6));
+        }
+
+        /// Decimal-range values (where the digits are laid out by hand).
+        #[test]
+        fn decimal_floats_print_as_before(m in -1_000_000_000i64..1_000_000_000, e in -8i32..18) {
+            let f = m as f64 * 10f64.powi(e - 6);
+            proptest::prop_assert_eq!(float_text(f, 15), float_text_reference(f, 15));
+            let g = f as f32 as f64;
+            proptest::prop_assert_eq!(float_text(g, 6), float_text_reference(g, 6));
+        }
+    }
+
+    #[test]
+    fn float_text_edges() {
+        for f in [
+            1.0,
+            10.0,
+            100.0,
+            1e14,
+            1e15,
+            123.456,
+            0.1,
+            0.001,
+            0.0001,
+            0.00001,
+            1e-5,
+            9.999e-5,
+            -2.5,
+            5e-324,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            1e21,
+            12345678901234567890.0,
+        ] {
+            assert_eq!(float_text(f, 15), float_text_reference(f, 15), "{f:e}");
+            assert_eq!(float_text(f, 6), float_text_reference(f, 6), "{f:e}");
+        }
+        assert_eq!(float_text(100.0, 15), "100");
+        assert_eq!(float_text(-0.00123, 15), "-0.00123");
+        assert_eq!(float_text(1e6, 6), "1e+06");
+    }
+
+    /// A column written straight from its array gives what `text` gives
+    /// the cell's value, NULLs included, for every fast type and a
+    /// fallback one.
+    #[test]
+    fn text_columns_write_what_text_gives() {
+        use datafusion::arrow::array::{ArrayRef, Date32Array};
+        use std::sync::Arc;
+        let columns: Vec<(ArrayRef, Type)> = vec![
+            (
+                Arc::new(Int64Array::from(vec![Some(-7), None, Some(i64::MIN)])),
+                Type::INT8,
+            ),
+            (
+                Arc::new(Int32Array::from(vec![Some(i32::MAX), Some(0), None])),
+                Type::INT4,
+            ),
+            (
+                Arc::new(Int16Array::from(vec![None, Some(-3), Some(12)])),
+                Type::INT2,
+            ),
+            (
+                Arc::new(Float64Array::from(vec![Some(0.1 + 0.2), None, Some(1e100)])),
+                Type::FLOAT8,
+            ),
+            (
+                Arc::new(Float64Array::from(vec![Some(0.1), Some(1e7), Some(-0.0)])),
+                Type::FLOAT4,
+            ),
+            (
+                Arc::new(Float32Array::from(vec![Some(1.1f32), None, Some(3e-7)])),
+                Type::FLOAT4,
+            ),
+            (
+                Arc::new(BooleanArray::from(vec![Some(true), Some(false), None])),
+                Type::BOOL,
+            ),
+            (
+                Arc::new(StringArray::from(vec![Some("héllo"), None, Some("")])),
+                Type::TEXT,
+            ),
+            (
+                Arc::new(LargeStringArray::from(vec![None, Some("x"), Some("yz")])),
+                Type::TEXT,
+            ),
+            (
+                Arc::new(StringViewArray::from(vec![
+                    Some("a view longer than twelve"),
+                    None,
+                    Some("v"),
+                ])),
+                Type::TEXT,
+            ),
+            (
+                Arc::new(Date32Array::from(vec![Some(0), None, Some(19_000)])),
+                Type::DATE,
+            ),
+        ];
+        for (array, t) in &columns {
+            let column = TextColumn::of(array.as_ref(), t);
+            for row in 0..array.len() {
+                let mut buf = BytesMut::new();
+                let written = column.write(row, &mut buf).unwrap();
+                let want = text(
+                    &spindle_sql::types::array_value(array.as_ref(), row).unwrap(),
+                    t,
+                );
+                let got = written.then(|| String::from_utf8(buf.to_vec()).unwrap());
+                assert_eq!(got, want, "{:?} row {row}", array.data_type());
+            }
+        }
     }
 
     #[test]
