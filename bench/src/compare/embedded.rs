@@ -6,7 +6,14 @@
 //! * point select by primary key;
 //! * short range scan (10 consecutive keys);
 //! * single-row insert, each its own durable transaction;
-//! * bulk insert of N rows in one transaction (median of 3 runs, rows/s).
+//! * bulk insert of N rows in one transaction (median of 5 runs, rows/s).
+//!
+//! The two systems take turns: each timed case runs in 3 alternating
+//! rounds per system (`--seconds` in all for each), and the bulk runs
+//! alternate one by one, so a machine that slows down during the run (a
+//! shared VM) slows both sides of a ratio alike. (Before, all of
+//! Spindle's cases ran first, then all of SQLite's, and a slow minute
+//! could halve one side's figure.)
 
 use std::path::Path;
 use std::time::Instant;
@@ -15,7 +22,7 @@ use rusqlite::{params, Connection};
 use spindle::{Database, Value};
 
 use super::report::Record;
-use super::util::{fail, measure, progress, Context, Figure, Kind, Result, Rng};
+use super::util::{fail, measure_alternating, progress, Context, Figure, Kind, Result, Rng};
 
 pub struct Sizes {
     pub rows: i64,
@@ -23,8 +30,10 @@ pub struct Sizes {
     pub seconds: f64,
 }
 
-/// Bulk-insert repetitions; the median is reported.
-const BULK_RUNS: usize = 3;
+/// Bulk-insert repetitions per system (alternating); the median is reported.
+const BULK_RUNS: usize = 5;
+/// Turns per system in the timed cases (see [`measure_alternating`]).
+const ROUNDS: usize = 3;
 /// Rows a range scan returns.
 const RANGE: i64 = 10;
 
@@ -45,7 +54,10 @@ struct Pair {
     bulk: Figure,
 }
 
-fn run_spindle(dir: &Path, s: &Sizes) -> Result<Pair> {
+/// Both systems' figures, each case measured in alternating turns
+/// ([`measure_alternating`]; bulk runs alternate one by one), so a VM that
+/// slows down mid-run slows both sides of a ratio alike.
+fn run_both(dir: &Path, s: &Sizes) -> Result<(Pair, Pair)> {
     let db = Database::open(dir.join("spindle")).ctx("opening the Spindle database")?;
     let mut se = db.session();
     se.execute(
@@ -68,58 +80,144 @@ fn run_spindle(dir: &Path, s: &Sizes) -> Result<Pair> {
             .ctx("load kv")?;
         start = end;
     }
-    progress("embedded: Spindle point selects");
-    let mut rng = Rng::new(3);
+
+    let c = Connection::open(dir.join("sqlite.db")).ctx("opening SQLite")?;
+    let mode: String = c
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .ctx("WAL")?;
+    if mode != "wal" {
+        return fail(format!("SQLite journal_mode is {mode}, not wal"));
+    }
+    c.execute_batch(
+        "PRAGMA synchronous=FULL;
+         CREATE TABLE kv (id INTEGER NOT NULL PRIMARY KEY, v INTEGER NOT NULL, s TEXT);
+         CREATE TABLE ins (id INTEGER NOT NULL PRIMARY KEY, v INTEGER NOT NULL, s TEXT);",
+    )
+    .ctx("SQLite schema")?;
+    {
+        c.execute_batch("BEGIN").ctx("begin")?;
+        let mut st = c
+            .prepare("INSERT INTO kv VALUES (?1, ?2, ?3)")
+            .ctx("prepare")?;
+        for i in 0..s.rows {
+            st.execute(params![i, i * 7, payload(i)]).ctx("load")?;
+        }
+        c.execute_batch("COMMIT").ctx("commit")?;
+    }
+
+    progress("embedded: point selects (Spindle and SQLite in turns)");
+    let (mut rng_a, mut rng_b) = (Rng::new(3), Rng::new(3));
     let get = se
         .prepare("SELECT v, s FROM kv WHERE id = $1")
         .ctx("prepare point select")?;
-    let point = measure(s.seconds, 10, u64::MAX, |_| {
-        let k = key(&mut rng, s.rows);
-        let rows = se
-            .query_prepared(&get, &[Value::Int64(k)])
-            .ctx("point select")?;
-        if rows.num_rows() != 1 {
-            return fail(format!("point select {k}: {} rows", rows.num_rows()));
-        }
-        Ok(())
-    })?;
-    progress("embedded: Spindle range scans");
-    let mut rng = Rng::new(4);
+    let mut sq_get = c
+        .prepare("SELECT v, s FROM kv WHERE id = ?1")
+        .ctx("prepare")?;
+    let (sp_point, sq_point) = measure_alternating(
+        ROUNDS,
+        s.seconds,
+        10,
+        |_| {
+            let k = key(&mut rng_a, s.rows);
+            let rows = se
+                .query_prepared(&get, &[Value::Int64(k)])
+                .ctx("point select")?;
+            if rows.num_rows() != 1 {
+                return fail(format!("point select {k}: {} rows", rows.num_rows()));
+            }
+            Ok(())
+        },
+        |_| {
+            let k = key(&mut rng_b, s.rows);
+            let mut rows = sq_get.query(params![k]).ctx("point select")?;
+            let mut n = 0;
+            while let Some(r) = rows.next().ctx("row")? {
+                let _: i64 = r.get(0).ctx("v")?;
+                let _: String = r.get(1).ctx("s")?;
+                n += 1;
+            }
+            if n != 1 {
+                return fail(format!("SQLite point select {k}: {n} rows"));
+            }
+            Ok(())
+        },
+    )?;
+
+    progress("embedded: range scans (in turns)");
+    let (mut rng_a, mut rng_b) = (Rng::new(4), Rng::new(4));
     let scan = se
         .prepare("SELECT id, v FROM kv WHERE id >= $1 AND id < $2")
         .ctx("prepare range scan")?;
-    let range = measure(s.seconds, 10, u64::MAX, |_| {
-        let k = key(&mut rng, s.rows);
-        let rows = se
-            .query_prepared(&scan, &[Value::Int64(k), Value::Int64(k + RANGE)])
-            .ctx("range scan")?;
-        if rows.num_rows() != RANGE as usize {
-            return fail(format!("range scan {k}: {} rows", rows.num_rows()));
-        }
-        Ok(())
-    })?;
-    progress("embedded: Spindle single-row inserts");
+    let mut sq_scan = c
+        .prepare("SELECT id, v FROM kv WHERE id >= ?1 AND id < ?2")
+        .ctx("prepare")?;
+    let (sp_range, sq_range) = measure_alternating(
+        ROUNDS,
+        s.seconds,
+        10,
+        |_| {
+            let k = key(&mut rng_a, s.rows);
+            let rows = se
+                .query_prepared(&scan, &[Value::Int64(k), Value::Int64(k + RANGE)])
+                .ctx("range scan")?;
+            if rows.num_rows() != RANGE as usize {
+                return fail(format!("range scan {k}: {} rows", rows.num_rows()));
+            }
+            Ok(())
+        },
+        |_| {
+            let k = key(&mut rng_b, s.rows);
+            let mut rows = sq_scan.query(params![k, k + RANGE]).ctx("range")?;
+            let mut n = 0;
+            while let Some(r) = rows.next().ctx("row")? {
+                let _: i64 = r.get(1).ctx("v")?;
+                n += 1;
+            }
+            if n != RANGE {
+                return fail(format!("SQLite range scan {k}: {n} rows"));
+            }
+            Ok(())
+        },
+    )?;
+
+    progress("embedded: single-row inserts (in turns)");
     let put = se
         .prepare("INSERT INTO ins (id, v, s) VALUES ($1, $2, $3)")
         .ctx("prepare insert")?;
-    let insert = measure(s.seconds, 10, u64::MAX, |i| {
-        let i = i as i64;
-        se.execute_prepared(
-            &put,
-            &[
-                Value::Int64(i),
-                Value::Int64(i * 7),
-                Value::String(payload(i)),
-            ],
-        )
-        .ctx("insert")?;
-        Ok(())
-    })?;
+    let mut sq_put = c
+        .prepare("INSERT INTO ins (id, v, s) VALUES (?1, ?2, ?3)")
+        .ctx("prepare")?;
+    let (sp_insert, sq_insert) = measure_alternating(
+        ROUNDS,
+        s.seconds,
+        10,
+        |i| {
+            let i = i as i64;
+            se.execute_prepared(
+                &put,
+                &[
+                    Value::Int64(i),
+                    Value::Int64(i * 7),
+                    Value::String(payload(i)),
+                ],
+            )
+            .ctx("insert")?;
+            Ok(())
+        },
+        |i| {
+            let i = i as i64;
+            sq_put
+                .execute(params![i, i * 7, payload(i)])
+                .ctx("insert")?;
+            Ok(())
+        },
+    )?;
+
     progress(format!(
-        "embedded: Spindle bulk inserts of {} rows",
+        "embedded: bulk inserts of {} rows (in turns)",
         s.bulk_rows
     ));
-    let mut times = Vec::new();
+    let (mut sp_times, mut sq_times) = (Vec::new(), Vec::new());
     for run in 0..BULK_RUNS {
         let table = format!("bulk{run}");
         se.execute(
@@ -146,117 +244,8 @@ fn run_spindle(dir: &Path, s: &Sizes) -> Result<Pair> {
             .ctx("bulk insert")?;
         }
         se.execute("COMMIT", &[]).ctx("commit")?;
-        times.push(t.elapsed());
-    }
-    let n = se
-        .query("SELECT count(*) FROM bulk0", &[])
-        .ctx("count")?
-        .rows()
-        .ctx("rows")?
-        .first()
-        .map(|r| r.get::<i64>(0))
-        .transpose()
-        .ctx("count")?;
-    if n != Some(s.bulk_rows) {
-        return fail(format!("bulk insert: {n:?} rows, expected {}", s.bulk_rows));
-    }
-    Ok(Pair {
-        point,
-        range,
-        insert,
-        bulk: bulk_figure(&times, s.bulk_rows),
-    })
-}
+        sp_times.push(t.elapsed());
 
-fn bulk_figure(times: &[std::time::Duration], rows: i64) -> Figure {
-    let lat = Figure::from_latencies(times);
-    Figure {
-        value: rows as f64 / (lat.value / 1000.0),
-        p50_us: None,
-        p99_us: None,
-        ops: rows as u64 * times.len() as u64,
-        failures: None,
-        retries: None,
-    }
-}
-
-fn run_sqlite(dir: &Path, s: &Sizes) -> Result<Pair> {
-    let c = Connection::open(dir.join("sqlite.db")).ctx("opening SQLite")?;
-    let mode: String = c
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-        .ctx("WAL")?;
-    if mode != "wal" {
-        return fail(format!("SQLite journal_mode is {mode}, not wal"));
-    }
-    c.execute_batch(
-        "PRAGMA synchronous=FULL;
-         CREATE TABLE kv (id INTEGER NOT NULL PRIMARY KEY, v INTEGER NOT NULL, s TEXT);
-         CREATE TABLE ins (id INTEGER NOT NULL PRIMARY KEY, v INTEGER NOT NULL, s TEXT);",
-    )
-    .ctx("SQLite schema")?;
-    {
-        c.execute_batch("BEGIN").ctx("begin")?;
-        let mut st = c
-            .prepare("INSERT INTO kv VALUES (?1, ?2, ?3)")
-            .ctx("prepare")?;
-        for i in 0..s.rows {
-            st.execute(params![i, i * 7, payload(i)]).ctx("load")?;
-        }
-        c.execute_batch("COMMIT").ctx("commit")?;
-    }
-    progress("embedded: SQLite point selects");
-    let mut rng = Rng::new(3);
-    let mut st = c
-        .prepare("SELECT v, s FROM kv WHERE id = ?1")
-        .ctx("prepare")?;
-    let point = measure(s.seconds, 10, u64::MAX, |_| {
-        let k = key(&mut rng, s.rows);
-        let mut rows = st.query(params![k]).ctx("point select")?;
-        let mut n = 0;
-        while let Some(r) = rows.next().ctx("row")? {
-            let _: i64 = r.get(0).ctx("v")?;
-            let _: String = r.get(1).ctx("s")?;
-            n += 1;
-        }
-        if n != 1 {
-            return fail(format!("SQLite point select {k}: {n} rows"));
-        }
-        Ok(())
-    })?;
-    progress("embedded: SQLite range scans");
-    let mut rng = Rng::new(4);
-    let mut st = c
-        .prepare("SELECT id, v FROM kv WHERE id >= ?1 AND id < ?2")
-        .ctx("prepare")?;
-    let range = measure(s.seconds, 10, u64::MAX, |_| {
-        let k = key(&mut rng, s.rows);
-        let mut rows = st.query(params![k, k + RANGE]).ctx("range")?;
-        let mut n = 0;
-        while let Some(r) = rows.next().ctx("row")? {
-            let _: i64 = r.get(1).ctx("v")?;
-            n += 1;
-        }
-        if n != RANGE {
-            return fail(format!("SQLite range scan {k}: {n} rows"));
-        }
-        Ok(())
-    })?;
-    progress("embedded: SQLite single-row inserts");
-    let mut st = c
-        .prepare("INSERT INTO ins (id, v, s) VALUES (?1, ?2, ?3)")
-        .ctx("prepare")?;
-    let insert = measure(s.seconds, 10, u64::MAX, |i| {
-        let i = i as i64;
-        st.execute(params![i, i * 7, payload(i)]).ctx("insert")?;
-        Ok(())
-    })?;
-    progress(format!(
-        "embedded: SQLite bulk inserts of {} rows",
-        s.bulk_rows
-    ));
-    let mut times = Vec::new();
-    for run in 0..BULK_RUNS {
-        let table = format!("bulk{run}");
         c.execute_batch(&format!(
             "CREATE TABLE {table} (id INTEGER NOT NULL PRIMARY KEY, v INTEGER NOT NULL, s TEXT)"
         ))
@@ -272,14 +261,55 @@ fn run_sqlite(dir: &Path, s: &Sizes) -> Result<Pair> {
             st.execute(params![i, i * 7, payload(i)]).ctx("bulk")?;
         }
         c.execute_batch("COMMIT").ctx("commit")?;
-        times.push(t.elapsed());
+        sq_times.push(t.elapsed());
     }
-    Ok(Pair {
-        point,
-        range,
-        insert,
-        bulk: bulk_figure(&times, s.bulk_rows),
-    })
+    let n = se
+        .query("SELECT count(*) FROM bulk0", &[])
+        .ctx("count")?
+        .rows()
+        .ctx("rows")?
+        .first()
+        .map(|r| r.get::<i64>(0))
+        .transpose()
+        .ctx("count")?;
+    if n != Some(s.bulk_rows) {
+        return fail(format!("bulk insert: {n:?} rows, expected {}", s.bulk_rows));
+    }
+    let sq_n: i64 = c
+        .query_row("SELECT count(*) FROM bulk0", [], |r| r.get(0))
+        .ctx("SQLite count")?;
+    if sq_n != s.bulk_rows {
+        return fail(format!(
+            "SQLite bulk insert: {sq_n} rows, expected {}",
+            s.bulk_rows
+        ));
+    }
+    Ok((
+        Pair {
+            point: sp_point,
+            range: sp_range,
+            insert: sp_insert,
+            bulk: bulk_figure(&sp_times, s.bulk_rows),
+        },
+        Pair {
+            point: sq_point,
+            range: sq_range,
+            insert: sq_insert,
+            bulk: bulk_figure(&sq_times, s.bulk_rows),
+        },
+    ))
+}
+
+fn bulk_figure(times: &[std::time::Duration], rows: i64) -> Figure {
+    let lat = Figure::from_latencies(times);
+    Figure {
+        value: rows as f64 / (lat.value / 1000.0),
+        p50_us: None,
+        p99_us: None,
+        ops: rows as u64 * times.len() as u64,
+        failures: None,
+        retries: None,
+    }
 }
 
 pub fn run(s: &Sizes, out: &mut Vec<Record>) -> Result<()> {
@@ -288,8 +318,7 @@ pub fn run(s: &Sizes, out: &mut Vec<Record>) -> Result<()> {
         .tempdir()
         .ctx("temp dir")?;
     progress(format!("embedded: loading {} rows into each", s.rows));
-    let sp = run_spindle(dir.path(), s)?;
-    let sq = run_sqlite(dir.path(), s)?;
+    let (sp, sq) = run_both(dir.path(), s)?;
     let w = "3 embedded";
     let rec = |case: &str, unit, a: Figure, b: Figure, target, note: &str| Record {
         workload: w.into(),

@@ -20,6 +20,11 @@
 //! cargo build --release -p spindle-cli -p spindle-bench && target/release/compare [--seconds 3] [--scale 0.1] …
 //! ```
 //!
+//! Before the workloads and after them it probes the machine (a fixed CPU
+//! loop, synced 4 KiB writes, CPU pressure: [`probe`]) and writes both
+//! looks into the results' settings: ratios are only compared across runs
+//! whose probes roughly agree.
+//!
 //! A benchmark harness: a failed step or a disagreement between systems
 //! ends the run with an error (exit code 1) and no results are written.
 //! Progress goes to stderr.
@@ -28,6 +33,7 @@ mod analytics;
 mod embedded;
 mod locality;
 mod pgbench;
+mod probe;
 mod procs;
 mod report;
 mod util;
@@ -126,6 +132,8 @@ fn run(args: &Args) -> Result<()> {
             "release"
         }
     ));
+    progress("probing the machine (CPU loop, synced 4 KiB writes)");
+    let probe_start = probe::Probe::take()?;
     let mut records: Vec<Record> = Vec::new();
     let mut postgres_version = "not run".to_string();
     let mut server_bin = "not run".to_string();
@@ -168,7 +176,13 @@ fn run(args: &Args) -> Result<()> {
     }
     records.sort_by(|a, b| a.workload.cmp(&b.workload));
 
-    let meta = meta(args, postgres_version, server_bin);
+    progress("probing the machine again");
+    let probe_end = probe::Probe::take()?;
+    let mut meta = meta(args, postgres_version, server_bin);
+    meta.settings
+        .push(("machine probe at the start".into(), probe_start.describe()));
+    meta.settings
+        .push(("machine probe at the end".into(), probe_end.describe()));
     report::write_all(&args.out, &meta, &records)?;
     println!("{}", report::markdown(&meta, &records));
     progress(format!(

@@ -119,29 +119,50 @@ pub fn histogram() -> Histogram<u64> {
     Histogram::<u64>::new(3).unwrap_or_else(|_| unreachable!("valid histogram precision"))
 }
 
-/// Runs `op(i)` for `seconds` (at least `min_ops` times, at most `max_ops`),
-/// timing each call.
-pub fn measure(
+/// Runs two systems' operations (`a(i)`, `b(i)`, each at least `min_ops`
+/// times) in `rounds` alternating turns
+/// (a, b, a, b, …; `seconds` in all for each, split evenly): a machine
+/// that slows down during the run then slows both alike. Each figure
+/// counts all its rounds' operations over their summed time; `i` runs on
+/// across rounds (unique keys for inserts).
+pub fn measure_alternating(
+    rounds: usize,
     seconds: f64,
     min_ops: u64,
-    max_ops: u64,
-    mut op: impl FnMut(u64) -> Result<()>,
-) -> Result<Figure> {
-    let mut hist = histogram();
-    let deadline = Duration::from_secs_f64(seconds);
-    let start = Instant::now();
-    let mut i = 0u64;
-    while i < max_ops && (i < min_ops || start.elapsed() < deadline) {
-        let t = Instant::now();
-        op(i)?;
-        hist.record(t.elapsed().as_micros() as u64)
-            .ctx("histogram")?;
-        i += 1;
+    mut a: impl FnMut(u64) -> Result<()>,
+    mut b: impl FnMut(u64) -> Result<()>,
+) -> Result<(Figure, Figure)> {
+    let rounds = rounds.max(1);
+    let turn = Duration::from_secs_f64(seconds / rounds as f64);
+    let min_turn = min_ops.div_ceil(rounds as u64);
+    let mut sides = [(histogram(), 0u64, 0f64), (histogram(), 0u64, 0f64)];
+    for _ in 0..rounds {
+        for (side, (hist, n, secs)) in sides.iter_mut().enumerate() {
+            let start = Instant::now();
+            let first = *n;
+            while *n - first < min_turn || start.elapsed() < turn {
+                let t = Instant::now();
+                if side == 0 {
+                    a(*n)?;
+                } else {
+                    b(*n)?;
+                }
+                hist.record(t.elapsed().as_micros() as u64)
+                    .ctx("histogram")?;
+                *n += 1;
+            }
+            *secs += start.elapsed().as_secs_f64();
+        }
     }
-    Ok(Figure::from_hist(i, start.elapsed().as_secs_f64(), &hist))
+    let [(ha, na, sa), (hb, nb, sb)] = sides;
+    Ok((
+        Figure::from_hist(na, sa, &ha),
+        Figure::from_hist(nb, sb, &hb),
+    ))
 }
 
-/// Async form of [`measure`], for the wire clients.
+/// Runs `op(i)` for `seconds` (at least `min_ops` times, at most
+/// `max_ops`) and times each call: the wire clients' timed loop.
 pub async fn measure_async<F, Fut>(
     seconds: f64,
     min_ops: u64,
