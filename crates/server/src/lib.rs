@@ -246,10 +246,11 @@ impl ConnectionThread {
                 Ok(peek) => {
                     let conn = self.conn.clone();
                     let woken = self.conn.clone();
+                    let payoff = busy_poll::Payoff::default();
                     builder
                         .on_thread_park(move || {
                             if conn.idle.load(Ordering::Relaxed) {
-                                busy_poll::spin(&peek, micros);
+                                busy_poll::spin(&peek, micros, &payoff);
                             }
                         })
                         .on_thread_unpark(move || woken.activity.wake());
