@@ -193,45 +193,9 @@ pub fn format_value(v: &Value) -> String {
 /// `float8out`: plain notation for decimal exponents -4 ..= 14, otherwise
 /// `d.ddde±XX`; `NaN`, `Infinity`, `-Infinity`, `-0`.
 pub fn format_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".to_string();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
-    }
-    if f == 0.0 {
-        return if f.is_sign_negative() { "-0" } else { "0" }.to_string();
-    }
-    // Rust's `{:e}` is the shortest round-trip representation, e.g.
-    // "1.2345e-5", "-1e20".
-    let sci = format!("{f:e}");
-    let Some((mantissa, exp)) = sci.split_once('e') else {
-        return f.to_string();
-    };
-    let Ok(exp) = exp.parse::<i32>() else {
-        return f.to_string();
-    };
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
-    };
-    if !(-4..15).contains(&exp) {
-        let exp_sign = if exp < 0 { '-' } else { '+' };
-        return format!("{sign}{mantissa}e{exp_sign}{:02}", exp.unsigned_abs());
-    }
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let body = if exp >= 0 {
-        // The decimal point goes after exp + 1 digits.
-        let point = exp as usize + 1;
-        if digits.len() <= point {
-            format!("{digits}{}", "0".repeat(point - digits.len()))
-        } else {
-            format!("{}.{}", &digits[..point], &digits[point..])
-        }
-    } else {
-        format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
-    };
-    format!("{sign}{body}")
+    // The wire server's float8 text (extra_float_digits = 1), one
+    // implementation for both.
+    spindle_server::types::float_text(f, 15)
 }
 
 /// `\x` followed by two lowercase hex digits per byte (PostgreSQL's `hex`
