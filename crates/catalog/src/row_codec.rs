@@ -73,21 +73,43 @@ impl RowCodec {
     /// The storage key of the row `full` (all columns, table order); the
     /// same bytes as [`Catalog::encode_key`] of its key values.
     pub fn encode_key(&self, full: &[Value]) -> std::result::Result<Vec<u8>, KeyError> {
+        self.encode_key_with(|pos| {
+            let i = self.key_idx[pos];
+            full.get(i).ok_or_else(|| {
+                KeyError::Catalog(crate::Error::InvalidDefinition(format!(
+                    "a row of {} columns has no column {i}",
+                    full.len()
+                )))
+            })
+        })
+    }
+
+    /// The storage key of the row whose key values (in key order) are
+    /// `key`: [`Catalog::encode_key`] without looking up the table's
+    /// ancestry (a point read by a prepared statement's key).
+    pub fn encode_key_of(&self, key: &[Value]) -> std::result::Result<Vec<u8>, KeyError> {
+        self.encode_key_with(|pos| {
+            key.get(pos).ok_or_else(|| {
+                KeyError::Catalog(crate::Error::InvalidDefinition(format!(
+                    "a key of {} values has no value {pos}",
+                    key.len()
+                )))
+            })
+        })
+    }
+
+    /// The key from the value of each key column (`value(pos)`, by its
+    /// position in key order).
+    fn encode_key_with<'v>(
+        &self,
+        value: impl Fn(usize) -> std::result::Result<&'v Value, KeyError>,
+    ) -> std::result::Result<Vec<u8>, KeyError> {
         let mut out = Vec::with_capacity(32);
         let mut start = 0;
         for &(table_id, end) in &self.levels {
             key::encode_table_prefix(&mut out, table_id);
-            for (i, dir) in self.key_idx[start..end]
-                .iter()
-                .zip(&self.directions[start..end])
-            {
-                let v = full.get(*i).ok_or_else(|| {
-                    KeyError::Catalog(crate::Error::InvalidDefinition(format!(
-                        "a row of {} columns has no column {i}",
-                        full.len()
-                    )))
-                })?;
-                key::encode_value(&mut out, v, *dir)?;
+            for (pos, dir) in (start..end).zip(&self.directions[start..end]) {
+                key::encode_value(&mut out, value(pos)?, *dir)?;
             }
             start = end;
         }
@@ -193,6 +215,11 @@ mod tests {
                     c.encode_key(name, &kv).unwrap(),
                     "{name}"
                 );
+                assert_eq!(
+                    codec.encode_key_of(&kv).unwrap(),
+                    c.encode_key(name, &kv).unwrap(),
+                    "{name}: from the key values alone"
+                );
                 let cols: Vec<(u32, &Value)> = t
                     .columns
                     .iter()
@@ -211,6 +238,7 @@ mod tests {
         let t = c.get_table("c").unwrap();
         let codec = RowCodec::new(&c, t).unwrap();
         assert!(codec.encode_key(&[Value::Int64(1)]).is_err());
+        assert!(codec.encode_key_of(&[Value::Int64(1)]).is_err());
         let big = Value::String("x".repeat(key::MAX_KEY_BYTES));
         let full = [
             Value::Int64(1),

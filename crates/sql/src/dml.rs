@@ -826,15 +826,34 @@ pub(crate) fn rewrite_pending_commit_timestamp(stmt: &mut ast::Statement) {
 
 /// Decodes a stored row into column order.
 pub(crate) fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Result<Vec<Value>> {
-    let stored = row::decode_row(value)?;
     let mut full = vec![Value::Null; table.columns.len()];
+    // Where each stored column goes (`None`: a key column, whose value
+    // comes from the key); a stored value is decoded straight into its
+    // place, not into a list first and copied from there.
+    let mut place: SmallVec<[Option<u32>; 16]> = SmallVec::with_capacity(table.columns.len());
     for (i, col) in table.columns.iter().enumerate() {
-        if let Some(k) = table.primary_key.iter().position(|k| k.name == col.name) {
-            full[i] = key_vals[k].clone();
-        } else if let Some((_, v)) = stored.iter().find(|(id, _)| *id == col.id) {
-            full[i] = v.clone();
+        match table.primary_key.iter().position(|k| k.name == col.name) {
+            Some(k) => {
+                full[i] = key_vals[k].clone();
+                place.push(None);
+            }
+            None => place.push(Some(col.id)),
         }
     }
+    let mut filled: SmallVec<[bool; 16]> = SmallVec::from_elem(false, full.len());
+    row::decode_row_with(
+        value,
+        |id| place.contains(&Some(id)),
+        |id, v| {
+            // The first value of a column id counts.
+            if let Some(i) = place.iter().position(|p| *p == Some(id)) {
+                if !filled[i] {
+                    filled[i] = true;
+                    full[i] = v;
+                }
+            }
+        },
+    )?;
     Ok(full)
 }
 

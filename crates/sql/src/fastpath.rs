@@ -26,15 +26,15 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast;
-use spindle_catalog::{Catalog, Table};
-use spindle_keys::{DataType, Value};
+use spindle_catalog::{Catalog, RowCodec, Table};
+use spindle_keys::{row, DataType, Value};
 
 use crate::dml::literal_value;
 use crate::error::{Error, Result};
 use crate::parser::fold_ident;
 use crate::provider::ScanRequest;
 use crate::session::{Output, StatementContext};
-use crate::types::{build_array, table_schema};
+use crate::types::{table_schema, ColumnBuilder};
 
 /// What a WHERE clause said about the primary key.
 pub(crate) enum KeyMatch {
@@ -448,6 +448,9 @@ pub(crate) struct SelectPlan {
     /// The table's ancestry and the output columns (indexes into
     /// `table.columns`): a range's scan, a point read's columns.
     request: ScanRequest,
+    /// The table's key layout: a point read's key without a catalog
+    /// lookup, and where its key columns are.
+    codec: RowCodec,
 }
 
 /// `SELECT cols FROM t WHERE <key equality prefix [and a range]>`: the
@@ -576,6 +579,7 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
         schema: Arc::new(Schema::new(fields)),
         range,
         request,
+        codec: RowCodec::new(catalog, table).ok()?,
     })
 }
 
@@ -660,7 +664,7 @@ pub(crate) fn run_select(
     let Some(range) = plan.range.resolve(table, params) else {
         return Ok(None);
     };
-    let rows: Vec<Vec<Value>> = match range {
+    let row: Option<RecordBatch> = match range {
         KeyRange::Scan { eq, lower, upper }
             if lower.is_some() || upper.is_some() || eq.len() < table.primary_key.len() =>
         {
@@ -684,10 +688,10 @@ pub(crate) fn run_select(
                 batches: batch.into_iter().collect(),
             }));
         }
-        KeyRange::Nothing => Vec::new(),
+        KeyRange::Nothing => None,
         KeyRange::Scan { eq, .. } => {
             // What is left: every key column fixed, one row, a point read.
-            let Ok(key) = catalog.encode_key(&table.name, &eq) else {
+            let Ok(key) = plan.codec.encode_key_of(&eq) else {
                 return Ok(None);
             };
             if plan.for_update {
@@ -695,30 +699,70 @@ pub(crate) fn run_select(
             }
             let stored = ctx.lock()?.get(&key).map_err(Error::from)?;
             match stored {
-                None => Vec::new(),
-                Some(v) => vec![crate::dml::stored_row(table, &eq, &v)?],
+                None => None,
+                Some(v) => Some(point_batch(plan, &eq, &v)?),
             }
         }
     };
-    let batches = if rows.is_empty() {
-        Vec::new()
-    } else {
-        let arrays = plan
-            .request
-            .columns
-            .iter()
-            .map(|i| {
-                let vals: Vec<&Value> = rows.iter().map(|r| &r[*i]).collect();
-                build_array(&table.columns[*i].data_type, &vals)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        vec![RecordBatch::try_new(plan.schema.clone(), arrays)
-            .map_err(|e| Error::Internal(format!("key select batch: {e}")))?]
-    };
     Ok(Some(Output::Rows {
         schema: plan.schema.clone(),
-        batches,
+        batches: row.into_iter().collect(),
     }))
+}
+
+/// The one-row batch of a point read: the output columns straight from
+/// the key values and the stored row's bytes (only the columns asked for
+/// are decoded, and text is copied once, into its array).
+fn point_batch(plan: &SelectPlan, key: &[Value], stored: &[u8]) -> Result<RecordBatch> {
+    let table = &plan.table;
+    let columns = &plan.request.columns;
+    let mut builders = columns
+        .iter()
+        .map(|i| ColumnBuilder::new(&table.columns[*i].data_type, 1))
+        .collect::<Result<Vec<_>>>()?;
+    // Key columns from the key; the others from the row, in its order
+    // (a column may be asked for twice: `SELECT v, v AS w`).
+    let key_idx = plan.codec.key_idx();
+    let mut wanted: Vec<(u32, usize)> = Vec::new();
+    for (out, i) in columns.iter().enumerate() {
+        match key_idx.iter().position(|k| k == i) {
+            Some(pos) => builders[out].append_value(&key[pos])?,
+            None => wanted.push((table.columns[*i].id, out)),
+        }
+    }
+    let mut filled = vec![false; columns.len()];
+    if !wanted.is_empty() {
+        // The first value of a column id counts (as in a scan).
+        let mut mismatch = None;
+        row::visit_row(
+            stored,
+            |id| wanted.iter().any(|(w, _)| *w == id),
+            |id, v| {
+                for (_, out) in wanted.iter().filter(|(w, _)| *w == id) {
+                    if !filled[*out] {
+                        filled[*out] = true;
+                        if let Err(e) = builders[*out].append_raw(v) {
+                            mismatch.get_or_insert(e);
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(e) = mismatch {
+            return Err(e);
+        }
+    }
+    // A column the row does not store is NULL.
+    for (_, out) in &wanted {
+        if !filled[*out] {
+            filled[*out] = true;
+            builders[*out].append_null();
+        }
+    }
+    let arrays = builders.iter_mut().map(|b| b.finish()).collect();
+    RecordBatch::try_new(plan.schema.clone(), arrays)
+        .map_err(|e| Error::Internal(format!("key select batch: {e}")))
 }
 
 /// Entries a fast-path scan reads on the calling thread before it moves

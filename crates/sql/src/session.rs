@@ -1236,14 +1236,19 @@ impl Session {
         params: &[Value],
         tag: &'static str,
     ) -> Result<Fast> {
+        let query = matches!(parsed.stmts.as_slice(), [Statement::Query(_)]);
         // Stale reads are rare; they take the general path.
-        if matches!(parsed.stmts.as_slice(), [Statement::Query(_)])
-            && self.stale_read_ts()?.is_some()
-        {
+        if query && self.stale_read_ts()?.is_some() {
             return Ok(Fast::Declined);
         }
         let mut txn = self.engine.mgr.begin()?;
         self.configure(&mut txn);
+        if query {
+            // A fast-path query writes nothing (a point read, a key
+            // range, a constant; FOR UPDATE only locks): its transaction
+            // need not keep what it read for validation.
+            txn.untracked_reads();
+        }
         let txn = Arc::new(Mutex::new(txn));
         let ctx = StatementContext {
             engine: self.engine.clone(),
@@ -1426,10 +1431,11 @@ impl Session {
     /// Durations take `us`, `ms`, `s`, `m` or `h`. A timestamp older than the
     /// version retention window (1 hour by default) is refused (72000).
     fn stale_read_ts(&self) -> Result<Option<u64>> {
-        let Some(value) = self.settings.get("spanner.read_only_staleness") else {
+        // Asked before every autocommit query: borrowed, not copied.
+        let Some(value) = self.settings.value("spanner.read_only_staleness") else {
             return Ok(None);
         };
-        parse_staleness(&value, now_micros())
+        parse_staleness(value, now_micros())
     }
 
     /// Commits an autocommit statement's own transaction and records its

@@ -141,14 +141,19 @@ impl Settings {
 
     /// The current value of `name` (case-insensitive), if it is a parameter.
     pub fn get(&self, name: &str) -> Option<String> {
-        let name = name.to_lowercase();
-        if let Some(v) = self.values.get(&name) {
-            return Some(v.clone());
+        self.value(&name.to_lowercase()).map(str::to_string)
+    }
+
+    /// [`Settings::get`] of a name already in lower case, borrowed (no
+    /// allocation: the session asks for one before every query).
+    pub fn value(&self, name: &str) -> Option<&str> {
+        if let Some(v) = self.values.get(name) {
+            return Some(v);
         }
         PARAMETERS
             .iter()
             .find(|(n, _, _)| *n == name)
-            .map(|(_, d, _)| d.to_string())
+            .map(|(_, d, _)| *d)
     }
 
     /// Sets `name` to `value` (`None`: back to its default), checking the

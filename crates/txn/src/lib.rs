@@ -200,6 +200,11 @@ pub enum Error {
     /// marked did not decode against the catalog).
     #[error("cannot resolve the commit timestamp of a write: {0}")]
     ResolveCommitTimestamp(#[source] spindle_catalog::KeyError),
+    /// A transaction declared to write nothing
+    /// ([`Transaction::untracked_reads`]) tried to commit writes: its
+    /// reads were not kept, so they could not be validated.
+    #[error("a transaction that does not track its reads cannot commit writes")]
+    UntrackedReads,
 }
 
 impl Error {
@@ -857,6 +862,7 @@ impl TxnManager {
             key_runs: Vec::new(),
             pending: BTreeSet::new(),
             reads: Arc::new(Mutex::new(ReadSet::default())),
+            track_reads: true,
             catalog,
             catalog_changed: false,
             locked: Vec::new(),
@@ -930,6 +936,9 @@ pub struct Transaction {
     pending: BTreeSet<Vec<u8>>,
     /// What this transaction read, for commit-time validation.
     reads: Arc<Mutex<ReadSet>>,
+    /// Whether point reads go into `reads` ([`Transaction::untracked_reads`]:
+    /// not for a transaction that writes nothing).
+    track_reads: bool,
     catalog: Arc<Catalog>,
     catalog_changed: bool,
 }
@@ -1169,8 +1178,21 @@ impl Transaction {
     /// Records a point read of `key` from the store: validated at commit,
     /// counted on its split's read load.
     fn note_point_read(&self, key: &[u8]) {
-        self.reads().points.insert(key.to_vec());
+        if self.track_reads {
+            self.reads().points.insert(key.to_vec());
+        }
         self.mgr.note_read(key, Some(key));
+    }
+
+    /// Declares that this transaction will write nothing (an autocommit
+    /// query), so its point reads need not be kept for validation: a
+    /// commit without writes validates nothing. (They still count on
+    /// their splits' read load.) A point read of a server's pgbench
+    /// select otherwise copied its key into the read set and freed it
+    /// again. Should the transaction write after all, its commit fails
+    /// with [`Error::UntrackedReads`] rather than go unvalidated.
+    pub fn untracked_reads(&mut self) {
+        self.track_reads = false;
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -1487,6 +1509,9 @@ impl Transaction {
         let _g = span.enter();
         if !self.has_writes() {
             return Ok(None);
+        }
+        if !self.track_reads {
+            return Err(Error::UntrackedReads);
         }
         if self.mgr.crashed.load(Ordering::SeqCst) {
             return Err(Error::Recovery(
@@ -2313,6 +2338,51 @@ mod tests {
         // still grows, and the stretch up to the next live key is known.
         assert!(t.absent.covers(&k));
         assert_eq!(t.absent.hi.as_deref(), Some(&b"\x30z"[..]));
+    }
+
+    #[test]
+    fn untracked_reads_count_on_the_split_but_cannot_commit_writes() {
+        let m = mgr();
+        let reads = |m: &Arc<TxnManager>| -> u64 {
+            m.split_stats()
+                .unwrap()
+                .iter()
+                .map(|s| s.reads_per_minute)
+                .sum()
+        };
+        let k = b"\x20k".to_vec();
+        let mut setup = m.begin().unwrap();
+        setup.put(k.clone(), b"v".to_vec());
+        setup.commit().unwrap();
+
+        // A query's transaction: the read is answered and counted on its
+        // split, not kept; its commit (nothing written) succeeds.
+        let mut q = m.begin().unwrap();
+        q.untracked_reads();
+        assert_eq!(q.get(&k).unwrap(), Some(b"v".to_vec()));
+        assert!(q.reads().points.is_empty());
+        assert_eq!(reads(&m), 1);
+        // A commit of `k` after the read does not fail it: no writes, so
+        // nothing to validate (as for a tracked read-only transaction).
+        let mut w = m.begin().unwrap();
+        w.put(k.clone(), b"w".to_vec());
+        w.commit().unwrap();
+        assert!(q.commit().is_ok());
+
+        // One that writes after all is refused at commit, and nothing of
+        // it is written.
+        let mut bad = m.begin().unwrap();
+        bad.untracked_reads();
+        assert_eq!(bad.get(&k).unwrap(), Some(b"w".to_vec()));
+        bad.put(k.clone(), b"lost update".to_vec());
+        assert!(matches!(bad.commit(), Err(Error::UntrackedReads)));
+        let r = m.begin().unwrap();
+        assert_eq!(r.get(&k).unwrap(), Some(b"w".to_vec()));
+
+        // A tracked transaction keeps the read.
+        let t = m.begin().unwrap();
+        t.get(&k).unwrap();
+        assert_eq!(t.reads().points.len(), 1);
     }
 
     #[test]
