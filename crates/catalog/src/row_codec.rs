@@ -17,6 +17,8 @@
 //! Invariant: a codec describes one catalog version. Whoever keeps one
 //! (a cached plan) drops it when the schema changes, as it does the plan.
 
+use std::borrow::Borrow;
+
 use spindle_keys::{key, row, Direction, Value};
 
 use crate::{Catalog, KeyError, Result, Table};
@@ -70,12 +72,16 @@ impl RowCodec {
         &self.key_idx
     }
 
-    /// The storage key of the row `full` (all columns, table order); the
+    /// The storage key of the row `full` (all columns, table order, owned
+    /// or borrowed: a prepared INSERT's row borrows its parameters); the
     /// same bytes as [`Catalog::encode_key`] of its key values.
-    pub fn encode_key(&self, full: &[Value]) -> std::result::Result<Vec<u8>, KeyError> {
+    pub fn encode_key<V: Borrow<Value>>(
+        &self,
+        full: &[V],
+    ) -> std::result::Result<Vec<u8>, KeyError> {
         self.encode_key_with(|pos| {
             let i = self.key_idx[pos];
-            full.get(i).ok_or_else(|| {
+            full.get(i).map(Borrow::borrow).ok_or_else(|| {
                 KeyError::Catalog(crate::Error::InvalidDefinition(format!(
                     "a row of {} columns has no column {i}",
                     full.len()
@@ -120,11 +126,11 @@ impl RowCodec {
     }
 
     /// The stored value of the row `full`: its non-key columns.
-    pub fn encode_value(&self, full: &[Value]) -> Vec<u8> {
+    pub fn encode_value<V: Borrow<Value>>(&self, full: &[V]) -> Vec<u8> {
         row::encode_row_iter(
             self.value_cols
                 .iter()
-                .filter_map(|&(id, i)| full.get(i).map(|v| (id, v))),
+                .filter_map(|&(id, i)| full.get(i).map(|v| (id, v.borrow()))),
         )
     }
 }

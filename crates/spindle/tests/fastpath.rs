@@ -13,6 +13,8 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE Parents (A INT64 NOT NULL, B STRING(MAX) NOT NULL, V INT64, W STRING(MAX), T TIMESTAMP, J JSON) PRIMARY KEY (A, B DESC)",
     "CREATE TABLE Kids (A INT64 NOT NULL, B STRING(MAX) NOT NULL, K INT64 NOT NULL, X INT64) PRIMARY KEY (A, B DESC, K), INTERLEAVE IN PARENT Parents ON DELETE CASCADE",
     "CREATE INDEX ParentsByV ON Parents (V) STORING (W)",
+    // No index, no parent: an INSERT's row borrows its parameters.
+    "CREATE TABLE Loose (K INT64 NOT NULL, S STRING(4), F FLOAT64, N INT64 NOT NULL, J JSON) PRIMARY KEY (K)",
 ];
 
 fn db() -> Database {
@@ -97,6 +99,10 @@ enum Op {
     UpdateSet(i64, String, Option<i64>, String),
     Delete(i64, String),
     InsertKid(i64, String, i64),
+    /// Into `Loose`: text within or over its 4 characters (in more bytes
+    /// than characters or not), an integer for the FLOAT64 column, NULL
+    /// for the NOT NULL one.
+    InsertLoose(i64, String, Option<i64>, Option<i64>),
 }
 
 fn key_a() -> impl Strategy<Value = i64> {
@@ -121,6 +127,13 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(a, b, v, w)| Op::UpdateSet(a, b, v, w)),
         (key_a(), key_b()).prop_map(|(a, b)| Op::Delete(a, b)),
         (key_a(), key_b(), 0i64..3).prop_map(|(a, b, k)| Op::InsertKid(a, b, k)),
+        (
+            0i64..4,
+            "[aé]{0,5}",
+            prop::option::of(-2i64..2),
+            prop_oneof![Just(None), Just(Some(1i64))]
+        )
+            .prop_map(|(k, s, f, n)| Op::InsertLoose(k, s, f, n)),
     ]
 }
 
@@ -194,6 +207,19 @@ fn statement(op: &Op) -> (String, Vec<Value>) {
             "INSERT INTO Kids VALUES ($1, $2, $3, 7)".into(),
             [kb(*a, b), vec![Value::Int64(*k)]].concat(),
         ),
+        Op::InsertLoose(k, s, f, n) => {
+            let opt = |v: &Option<i64>| v.map(Value::Int64).unwrap_or(Value::Null);
+            (
+                "INSERT INTO Loose (K, S, F, N, J) VALUES ($1, $2, $3, $4, $5)".into(),
+                vec![
+                    Value::Int64(*k),
+                    Value::String(s.clone()),
+                    opt(f),
+                    opt(n),
+                    Value::Json("[1]".into()),
+                ],
+            )
+        }
     }
 }
 
@@ -203,6 +229,7 @@ fn contents(db: &Database) -> Vec<Vec<Value>> {
         "SELECT * FROM Parents ORDER BY A, B DESC",
         "SELECT * FROM Kids ORDER BY A, B DESC, K",
         "SELECT V, W, A, B FROM Parents@{FORCE_INDEX=ParentsByV} ORDER BY V, A, B",
+        "SELECT * FROM Loose ORDER BY K",
     ] {
         for r in db.query(sql, &[]).unwrap().rows().unwrap() {
             out.push(r.values().to_vec());

@@ -20,6 +20,7 @@
 //! survive), fails while an `ON DELETE NO ACTION` child row exists, and
 //! leaves `INTERLEAVE IN` children in place.
 
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use crate::fastpath::{match_point_key, plan_set, single_table, KeyRange, SetPlan
 use crate::index::{maintain, IndexPlan};
 use crate::parser::{fold_ident, object_name};
 use crate::session::{run_plan, StatementContext};
-use crate::types::{array_value, build_array, coerce, table_schema, value_to_text};
+use crate::types::{array_value, build_array, coerce, coerce_cow, table_schema, value_to_text};
 
 /// Rows of record batches as values.
 pub fn batch_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<Value>>> {
@@ -604,7 +605,63 @@ pub(crate) fn run_insert(
         None
     };
     let mut hidden_keys = HiddenKeys::resume(ctx, table)?;
+    // Where the row is only encoded (no hidden key drawn into it, no index
+    // entries or interleave check kept from it), it borrows the
+    // statement's literals and parameters instead of copying them: a bulk
+    // load's text parameter is read once, into the row's encoding.
+    let borrowed = plan.indexes.is_empty()
+        && !table.has_hidden_key()
+        && !table
+            .interleave
+            .as_ref()
+            .is_some_and(|il| il.kind == InterleaveKind::InParent);
     for r in &plan.rows {
+        if borrowed {
+            let mut full: SmallVec<[Cow<'_, Value>; 16]> =
+                std::iter::repeat_with(|| Cow::Owned(Value::Null))
+                    .take(table.columns.len())
+                    .collect();
+            for (pos, slot) in plan.targets.iter().zip(r) {
+                let v = match slot {
+                    Slot::Now => now.clone().map(Cow::Owned),
+                    s => s.resolve_cow(params),
+                }
+                .ok_or_else(|| Error::Internal("an INSERT plan's slot did not resolve".into()))?;
+                let col = &table.columns[*pos];
+                full[*pos] = coerce_cow(v, &col.data_type, &col.name)?;
+            }
+            // NOT NULL and commit-timestamp rules first, then the
+            // duplicate key (as in PostgreSQL, and as `insert_if_absent`).
+            if !row_rules(table, &full)? {
+                let key = plan.codec.encode_key(&full)?;
+                let value = plan.codec.encode_value(&full);
+                if ctx
+                    .lock()?
+                    .insert_absent(key, value)
+                    .map_err(Error::from)?
+                    .is_some()
+                {
+                    return Err(duplicate_key(table, &key_values(&plan.codec, &full)));
+                }
+                continue;
+            }
+            // A commit timestamp to fill in at commit: the general write.
+            let mut owned: SmallVec<[Value; 16]> = full.into_iter().map(Cow::into_owned).collect();
+            if insert_if_absent(
+                ctx,
+                catalog,
+                table,
+                &plan.codec,
+                &plan.indexes,
+                &mut hidden_keys,
+                &mut owned,
+            )?
+            .is_some()
+            {
+                return Err(duplicate_key(table, &key_values(&plan.codec, &owned)));
+            }
+            continue;
+        }
         // On the stack for up to 16 columns: this runs once per row.
         let mut full: SmallVec<[Value; 16]> = std::iter::repeat_with(|| Value::Null)
             .take(table.columns.len())
@@ -728,14 +785,14 @@ fn checked_row(table: &Table, full: &[Value]) -> Result<(bool, Vec<u8>)> {
 
 /// Checks a row's NOT NULL and commit-timestamp rules; says whether it
 /// holds the commit-timestamp placeholder.
-fn row_rules(table: &Table, full: &[Value]) -> Result<bool> {
+fn row_rules<V: Borrow<Value>>(table: &Table, full: &[V]) -> Result<bool> {
     check_not_null(table, full)?;
     check_commit_timestamps(table, full)
 }
 
-fn check_not_null(table: &Table, full: &[Value]) -> Result<()> {
+fn check_not_null<V: Borrow<Value>>(table: &Table, full: &[V]) -> Result<()> {
     for (col, v) in table.columns.iter().zip(full) {
-        if v.is_null() && !col.nullable {
+        if v.borrow().is_null() && !col.nullable {
             return Err(Error::NotNullViolation(format!(
                 "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
                 col.name, table.name
@@ -750,11 +807,13 @@ fn check_not_null(table: &Table, full: &[Value]) -> Result<()> {
 /// only columns with `allow_commit_timestamp` may hold it, and those
 /// columns refuse timestamps in the future (so a commit timestamp is
 /// always later than every value already stored).
-fn check_commit_timestamps(table: &Table, full: &[Value]) -> Result<bool> {
+fn check_commit_timestamps<V: Borrow<Value>>(table: &Table, full: &[V]) -> Result<bool> {
     let mut pending = false;
     let mut now = None;
     for (col, v) in table.columns.iter().zip(full) {
-        let Value::Timestamp(t) = v else { continue };
+        let Value::Timestamp(t) = v.borrow() else {
+            continue;
+        };
         if *t == PENDING_COMMIT_TIMESTAMP {
             if !col.allow_commit_timestamp {
                 return Err(Error::InvalidCommitTimestamp(format!(
@@ -863,8 +922,12 @@ pub(crate) fn stored_row(table: &Table, key_vals: &[Value], value: &[u8]) -> Res
 type ExistingRow = (Vec<u8>, Vec<u8>);
 
 /// The key values of the row `full` (in key order).
-fn key_values(codec: &RowCodec, full: &[Value]) -> Vec<Value> {
-    codec.key_idx().iter().map(|i| full[*i].clone()).collect()
+fn key_values<V: Borrow<Value>>(codec: &RowCodec, full: &[V]) -> Vec<Value> {
+    codec
+        .key_idx()
+        .iter()
+        .map(|i| full[*i].borrow().clone())
+        .collect()
 }
 
 /// The hidden keys a transaction draws for a table without a primary key
@@ -1208,7 +1271,7 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     // The fast path (full primary key); otherwise the rows come from a
     // query built from the statement.
     let point = match PointUpdate::plan(&catalog, &table, &u) {
-        Some(p) => p.rows(ctx, &catalog, &table, &[]),
+        Some(p) => p.rows(ctx, &table, &[]),
         None => Ok(None),
     };
     if !matches!(point, Ok(None)) {
@@ -1322,6 +1385,9 @@ fn write_updates(
 pub(crate) struct PointUpdate {
     key: KeyRange<Slot>,
     sets: Vec<SetPlan>,
+    /// The table's key layout: the row's key from its key values without
+    /// a catalog lookup per execution.
+    codec: RowCodec,
 }
 
 impl PointUpdate {
@@ -1340,7 +1406,8 @@ impl PointUpdate {
             .iter()
             .map(|a| plan_set(table, &quals, &a.value))
             .collect::<Option<Vec<_>>>()?;
-        Some(PointUpdate { key, sets })
+        let codec = RowCodec::new(catalog, table).ok()?;
+        Some(PointUpdate { key, sets, codec })
     }
 
     /// The rows the general path's SELECT would return (every column,
@@ -1349,7 +1416,6 @@ impl PointUpdate {
     fn rows(
         &self,
         ctx: &StatementContext,
-        catalog: &Catalog,
         table: &Table,
         params: &[Value],
     ) -> Result<Option<Vec<Vec<Value>>>> {
@@ -1358,7 +1424,7 @@ impl PointUpdate {
             Some(KeyRange::Nothing) => return Ok(Some(Vec::new())),
             Some(KeyRange::Scan { eq, .. }) => eq,
         };
-        let Ok(key) = catalog.encode_key(&table.name, &kv) else {
+        let Ok(key) = self.codec.encode_key_of(&kv) else {
             return Ok(None);
         };
         lock_row(ctx, &key)?;
@@ -1436,7 +1502,7 @@ pub(crate) fn run_update(
     plan: &UpdatePlan,
     params: &[Value],
 ) -> Result<Option<u64>> {
-    let Some(rows) = plan.point.rows(ctx, catalog, &plan.table, params)? else {
+    let Some(rows) = plan.point.rows(ctx, &plan.table, params)? else {
         return Ok(None);
     };
     write_updates(

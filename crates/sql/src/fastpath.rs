@@ -21,6 +21,7 @@
 //! matching is an AST walk; bound parameters arrive as the literals
 //! [`crate::bind`] writes, which [`crate::dml::literal_value`] reads back.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
@@ -227,6 +228,20 @@ impl Slot {
     /// The value: the literal, or the parameter as binding would have made
     /// it ([`crate::bind`] writes JSON as a text literal). `None` when the
     /// parameter is missing (the general path reports that).
+    /// [`Slot::resolve`], borrowing a literal or parameter rather than
+    /// copying it (a prepared INSERT's text parameter goes into the row's
+    /// encoding without a `String` of its own).
+    pub(crate) fn resolve_cow<'a>(&'a self, params: &'a [Value]) -> Option<Cow<'a, Value>> {
+        match self {
+            Slot::Value(v) => Some(Cow::Borrowed(v)),
+            Slot::Param(i) => Some(match params.get(*i)? {
+                Value::Json(s) => Cow::Owned(Value::String(s.clone())),
+                v => Cow::Borrowed(v),
+            }),
+            Slot::Now => self.resolve(params).map(Cow::Owned),
+        }
+    }
+
     pub(crate) fn resolve(&self, params: &[Value]) -> Option<Value> {
         match self {
             Slot::Value(v) => Some(v.clone()),

@@ -468,6 +468,33 @@ fn round_half_even(f: f64) -> f64 {
 }
 
 /// Converts `v` for storage in a column of type `t` (assignment cast).
+/// [`coerce`] of a value that may be borrowed: one that coercing would
+/// return unchanged stays borrowed (no copy of a text parameter per row
+/// of a bulk INSERT); any other is coerced as by [`coerce`].
+pub fn coerce_cow<'a>(
+    v: std::borrow::Cow<'a, Value>,
+    t: &DataType,
+    column: &str,
+) -> Result<std::borrow::Cow<'a, Value>> {
+    let unchanged = match (v.as_ref(), t) {
+        (Value::Null, _)
+        | (Value::Int64(_), DataType::Int64)
+        | (Value::Float64(_), DataType::Float64)
+        | (Value::Bool(_), DataType::Bool)
+        | (Value::Date(_), DataType::Date)
+        | (Value::Timestamp(_), DataType::Timestamp)
+        | (Value::Numeric(_), DataType::Numeric) => true,
+        // Within the limit in bytes, so in characters too (as `coerce`).
+        (Value::String(s), DataType::String(limit)) => limit.is_none_or(|n| s.len() <= n as usize),
+        _ => false,
+    };
+    if unchanged {
+        Ok(v)
+    } else {
+        coerce(v.into_owned(), t, column).map(std::borrow::Cow::Owned)
+    }
+}
+
 pub fn coerce(v: Value, t: &DataType, column: &str) -> Result<Value> {
     let mismatch = |v: &Value| {
         Error::DatatypeMismatch(format!(
