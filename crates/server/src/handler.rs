@@ -550,7 +550,43 @@ pub(crate) struct Prepared {
     parsed: Option<Arc<spindle_sql::plan_cache::Parsed>>,
     params: Vec<Type>,
     columns: Option<SchemaRef>,
+    /// `columns` as RowDescription fields, all in text: made once at
+    /// Parse, for every Describe and Execute in text (`pgbench -M
+    /// prepared` describes and runs each statement so, and making them
+    /// per message was a twentieth of a point select's instructions).
+    text_fields: Option<Arc<Vec<FieldInfo>>>,
     tag: &'static str,
+}
+
+impl Prepared {
+    fn new(
+        sql: String,
+        parsed: Option<Arc<spindle_sql::plan_cache::Parsed>>,
+        params: Vec<Type>,
+        columns: Option<SchemaRef>,
+        tag: &'static str,
+    ) -> Prepared {
+        let text_fields = columns
+            .as_ref()
+            .map(|c| Arc::new(fields(c, &Format::UnifiedText)));
+        Prepared {
+            sql,
+            parsed,
+            params,
+            columns,
+            text_fields,
+            tag,
+        }
+    }
+
+    /// The result columns as fields in `format` (`None`: no columns
+    /// known at Parse).
+    fn fields(&self, format: &Format) -> Option<Arc<Vec<FieldInfo>>> {
+        match (format, &self.text_fields) {
+            (Format::UnifiedText, Some(f)) => Some(f.clone()),
+            _ => self.columns.as_ref().map(|c| Arc::new(fields(c, format))),
+        }
+    }
 }
 
 /// Result columns as RowDescription fields, in `format`.
@@ -1107,13 +1143,13 @@ impl QueryParser for Handler {
                 session.fail();
                 return Err(to_pg(&e));
             }
-            return Ok(Some(Prepared {
-                sql: sql.to_string(),
-                parsed: None,
-                params: vec![],
-                columns: None,
-                tag: "COPY",
-            }));
+            return Ok(Some(Prepared::new(
+                sql.to_string(),
+                None,
+                vec![],
+                None,
+                "COPY",
+            )));
         }
         let desc = match session.describe(sql).await {
             Ok(d) => d,
@@ -1135,13 +1171,13 @@ impl QueryParser for Handler {
             .as_ref()
             .and_then(|p| p.stmts.first().map(|s| s.tag()))
             .unwrap_or("SELECT");
-        Ok(Some(Prepared {
-            sql: sql.to_string(),
+        Ok(Some(Prepared::new(
+            sql.to_string(),
             parsed,
             params,
-            columns: desc.columns,
+            desc.columns,
             tag,
-        }))
+        )))
     }
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
@@ -1299,6 +1335,16 @@ impl ExtendedQueryHandler for Handler {
             },
             TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
                 Some(Entry::Value(portal)) => {
+                    // In text, straight from the statement's fields.
+                    if let (Format::UnifiedText, Some(f)) = (
+                        &portal.result_column_format,
+                        &portal.statement.statement.text_fields,
+                    ) {
+                        return client
+                            .feed(PgWireBackendMessage::RowDescription(row_description(f)))
+                            .await
+                            .map_err(PgWireError::from);
+                    }
                     let r = self.do_describe_portal(client, &portal).await?;
                     feed_describe(client, &r).await
                 }
@@ -1461,15 +1507,14 @@ impl ExtendedQueryHandler for Handler {
                 Ok(Response::Execution(Tag::new(&tag.to_string())))
             }
             Some(Output::Rows { schema, batches }) => {
-                let described = prepared.columns.as_ref().unwrap_or(&schema);
-                let fields = fields(described, &portal.result_column_format);
+                let fields = prepared
+                    .fields(&portal.result_column_format)
+                    .unwrap_or_else(|| Arc::new(fields(&schema, &portal.result_column_format)));
                 let rows = data_rows(&batches, &fields)
                     .map_err(|e| PgWireError::UserError(Box::new(e)))?;
                 span.record("rows", rows.len());
-                let mut resp = QueryResponse::new(
-                    Arc::new(fields),
-                    futures::stream::iter(rows.into_iter().map(Ok)),
-                );
+                let mut resp =
+                    QueryResponse::new(fields, futures::stream::iter(rows.into_iter().map(Ok)));
                 if prepared.tag == "SHOW" {
                     resp.set_command_tag("SHOW");
                 }
