@@ -741,7 +741,12 @@ fn point_batch(plan: &SelectPlan, key: &[Value], stored: &[u8]) -> Result<Record
     let mut wanted: Vec<(u32, usize)> = Vec::new();
     for (out, i) in columns.iter().enumerate() {
         match key_idx.iter().position(|k| k == i) {
-            Some(pos) => builders[out].append_value(&key[pos])?,
+            Some(pos) => {
+                let v = key.get(pos).ok_or_else(|| {
+                    Error::Internal("a point read's key has fewer values than key columns".into())
+                })?;
+                builders[out].append_value(v)?
+            }
             None => wanted.push((table.columns[*i].id, out)),
         }
     }
