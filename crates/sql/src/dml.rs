@@ -616,65 +616,37 @@ pub(crate) fn run_insert(
             .as_ref()
             .is_some_and(|il| il.kind == InterleaveKind::InParent);
     for r in &plan.rows {
-        if borrowed {
-            let mut full: SmallVec<[Cow<'_, Value>; 16]> =
-                std::iter::repeat_with(|| Cow::Owned(Value::Null))
-                    .take(table.columns.len())
-                    .collect();
-            for (pos, slot) in plan.targets.iter().zip(r) {
-                let v = match slot {
-                    Slot::Now => now.clone().map(Cow::Owned),
-                    s => s.resolve_cow(params),
-                }
-                .ok_or_else(|| Error::Internal("an INSERT plan's slot did not resolve".into()))?;
-                let col = &table.columns[*pos];
-                full[*pos] = coerce_cow(v, &col.data_type, &col.name)?;
-            }
-            // NOT NULL and commit-timestamp rules first, then the
-            // duplicate key (as in PostgreSQL, and as `insert_if_absent`).
-            if !row_rules(table, &full)? {
-                let key = plan.codec.encode_key(&full)?;
-                let value = plan.codec.encode_value(&full);
-                if ctx
-                    .lock()?
-                    .insert_absent(key, value)
-                    .map_err(Error::from)?
-                    .is_some()
-                {
-                    return Err(duplicate_key(table, &key_values(&plan.codec, &full)));
-                }
-                continue;
-            }
-            // A commit timestamp to fill in at commit: the general write.
-            let mut owned: SmallVec<[Value; 16]> = full.into_iter().map(Cow::into_owned).collect();
-            if insert_if_absent(
-                ctx,
-                catalog,
-                table,
-                &plan.codec,
-                &plan.indexes,
-                &mut hidden_keys,
-                &mut owned,
-            )?
-            .is_some()
-            {
-                return Err(duplicate_key(table, &key_values(&plan.codec, &owned)));
-            }
-            continue;
-        }
         // On the stack for up to 16 columns: this runs once per row.
-        let mut full: SmallVec<[Value; 16]> = std::iter::repeat_with(|| Value::Null)
-            .take(table.columns.len())
-            .collect();
+        let mut row: SmallVec<[Cow<'_, Value>; 16]> =
+            std::iter::repeat_with(|| Cow::Owned(Value::Null))
+                .take(table.columns.len())
+                .collect();
         for (pos, slot) in plan.targets.iter().zip(r) {
             let v = match slot {
-                Slot::Now => now.clone(),
-                s => s.resolve(params),
+                Slot::Now => now.clone().map(Cow::Owned),
+                s => s.resolve_cow(params),
             }
             .ok_or_else(|| Error::Internal("an INSERT plan's slot did not resolve".into()))?;
             let col = &table.columns[*pos];
-            full[*pos] = coerce(v, &col.data_type, &col.name)?;
+            row[*pos] = coerce_cow(v, &col.data_type, &col.name)?;
         }
+        // NOT NULL and commit-timestamp rules first, then the duplicate
+        // key (as in PostgreSQL, and as `insert_if_absent`). A row with a
+        // commit timestamp to fill in at commit takes the general write.
+        if borrowed && !row_rules(table, &row)? {
+            let key = plan.codec.encode_key(&row)?;
+            let value = plan.codec.encode_value(&row);
+            if ctx
+                .lock()?
+                .insert_absent(key, value)
+                .map_err(Error::from)?
+                .is_some()
+            {
+                return Err(duplicate_key(table, &key_values(&plan.codec, &row)));
+            }
+            continue;
+        }
+        let mut full: SmallVec<[Value; 16]> = row.into_iter().map(Cow::into_owned).collect();
         if insert_if_absent(
             ctx,
             catalog,

@@ -2340,16 +2340,18 @@ mod tests {
         assert_eq!(t.absent.hi.as_deref(), Some(&b"\x30z"[..]));
     }
 
+    /// Reads counted on the splits' load, over all splits.
+    fn split_reads(m: &Arc<TxnManager>) -> u64 {
+        m.split_stats()
+            .unwrap()
+            .iter()
+            .map(|s| s.reads_per_minute)
+            .sum()
+    }
+
     #[test]
     fn untracked_reads_count_on_the_split_but_cannot_commit_writes() {
         let m = mgr();
-        let reads = |m: &Arc<TxnManager>| -> u64 {
-            m.split_stats()
-                .unwrap()
-                .iter()
-                .map(|s| s.reads_per_minute)
-                .sum()
-        };
         let k = b"\x20k".to_vec();
         let mut setup = m.begin().unwrap();
         setup.put(k.clone(), b"v".to_vec());
@@ -2361,7 +2363,7 @@ mod tests {
         q.untracked_reads();
         assert_eq!(q.get(&k).unwrap(), Some(b"v".to_vec()));
         assert!(q.reads().points.is_empty());
-        assert_eq!(reads(&m), 1);
+        assert_eq!(split_reads(&m), 1);
         // A commit of `k` after the read does not fail it: no writes, so
         // nothing to validate (as for a tracked read-only transaction).
         let mut w = m.begin().unwrap();
@@ -2388,13 +2390,6 @@ mod tests {
     #[test]
     fn an_insert_of_an_absent_key_is_validated_by_its_write() {
         let m = mgr();
-        let reads = |m: &Arc<TxnManager>| -> u64 {
-            m.split_stats()
-                .unwrap()
-                .iter()
-                .map(|s| s.reads_per_minute)
-                .sum()
-        };
         // Two inserts of one absent key: the second to commit aborts,
         // though neither recorded a read (nor counted one on its split).
         let (k, other) = (b"\x20k".to_vec(), b"\x20o".to_vec());
@@ -2402,7 +2397,7 @@ mod tests {
         let mut b = m.begin().unwrap();
         assert_eq!(a.get_for_insert(&k).unwrap(), None);
         assert_eq!(b.get_for_insert(&k).unwrap(), None);
-        assert_eq!(reads(&m), 0);
+        assert_eq!(split_reads(&m), 0);
         assert!(a.reads().points.is_empty());
         a.put(k.clone(), b"a".to_vec());
         b.put(k.clone(), b"b".to_vec());
@@ -2415,7 +2410,7 @@ mod tests {
         let mut a = m.begin().unwrap();
         let mut d = m.begin().unwrap();
         assert_eq!(a.get_for_insert(&k).unwrap(), Some(b"a".to_vec()));
-        assert_eq!(reads(&m), 1);
+        assert_eq!(split_reads(&m), 1);
         a.put(other.clone(), b"x".to_vec());
         d.delete(k.clone());
         d.commit().unwrap();
