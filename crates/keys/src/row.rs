@@ -194,7 +194,13 @@ pub fn visit_row<'a>(
     Ok(())
 }
 
+#[inline]
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    // Column ids and short lengths: one byte.
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;

@@ -476,6 +476,11 @@ pub(crate) struct InsertPlan {
     /// Whether a slot is the statement's time.
     has_now: bool,
     indexes: Vec<IndexPlan>,
+    /// Whether the table has a hidden key (no primary key of its own).
+    hidden_key: bool,
+    /// Whether a row is only encoded: no hidden key drawn into it, no
+    /// index entries or interleave-in-parent check made from it.
+    encode_only: bool,
 }
 
 /// Plans `ins` for [`run_insert`], or `None` if it is not of that form.
@@ -573,6 +578,14 @@ pub(crate) fn plan_insert(
         .max()
         .unwrap_or(0);
     let has_now = slots.clone().any(|s| matches!(s, Slot::Now));
+    let indexes = IndexPlan::for_table(catalog, &table.name).ok()?;
+    let hidden_key = table.has_hidden_key();
+    let encode_only = indexes.is_empty()
+        && !hidden_key
+        && !table
+            .interleave
+            .as_ref()
+            .is_some_and(|il| il.kind == InterleaveKind::InParent);
     Some(InsertPlan {
         table: table.clone(),
         targets,
@@ -580,7 +593,9 @@ pub(crate) fn plan_insert(
         codec: RowCodec::new(catalog, table).ok()?,
         params_needed,
         has_now,
-        indexes: IndexPlan::for_table(catalog, &table.name).ok()?,
+        indexes,
+        hidden_key,
+        encode_only,
     })
 }
 
@@ -604,23 +619,19 @@ pub(crate) fn run_insert(
     } else {
         None
     };
-    let mut hidden_keys = HiddenKeys::resume(ctx, table)?;
-    // Where the row is only encoded (no hidden key drawn into it, no index
-    // entries or interleave check kept from it), it borrows the
+    let mut hidden_keys = if plan.hidden_key {
+        HiddenKeys::resume(ctx, table)?
+    } else {
+        HiddenKeys::NONE
+    };
+    // Where the row is only encoded (`encode_only`), it borrows the
     // statement's literals and parameters instead of copying them: a bulk
     // load's text parameter is read once, into the row's encoding.
-    let borrowed = plan.indexes.is_empty()
-        && !table.has_hidden_key()
-        && !table
-            .interleave
-            .as_ref()
-            .is_some_and(|il| il.kind == InterleaveKind::InParent);
+    // On the stack for up to 16 columns, and one for all the rows.
+    let mut row: SmallVec<[Cow<'_, Value>; 16]> = SmallVec::new();
     for r in &plan.rows {
-        // On the stack for up to 16 columns: this runs once per row.
-        let mut row: SmallVec<[Cow<'_, Value>; 16]> =
-            std::iter::repeat_with(|| Cow::Owned(Value::Null))
-                .take(table.columns.len())
-                .collect();
+        row.clear();
+        row.resize_with(table.columns.len(), || Cow::Owned(Value::Null));
         for (pos, slot) in plan.targets.iter().zip(r) {
             let v = match slot {
                 Slot::Now => now.clone().map(Cow::Owned),
@@ -633,7 +644,7 @@ pub(crate) fn run_insert(
         // NOT NULL and commit-timestamp rules first, then the duplicate
         // key (as in PostgreSQL, and as `insert_if_absent`). A row with a
         // commit timestamp to fill in at commit takes the general write.
-        if borrowed && !row_rules(table, &row)? {
+        if plan.encode_only && !row_rules(table, &row)? {
             let key = plan.codec.encode_key(&row)?;
             let value = plan.codec.encode_value(&row);
             if ctx
@@ -646,7 +657,7 @@ pub(crate) fn run_insert(
             }
             continue;
         }
-        let mut full: SmallVec<[Value; 16]> = row.into_iter().map(Cow::into_owned).collect();
+        let mut full: SmallVec<[Value; 16]> = row.drain(..).map(Cow::into_owned).collect();
         if insert_if_absent(
             ctx,
             catalog,
@@ -661,7 +672,9 @@ pub(crate) fn run_insert(
             return Err(duplicate_key(table, &key_values(&plan.codec, &full)));
         }
     }
-    hidden_keys.keep(ctx, table)?;
+    if plan.hidden_key {
+        hidden_keys.keep(ctx, table)?;
+    }
     Ok(Some(plan.rows.len() as u64))
 }
 
@@ -926,6 +939,9 @@ struct HiddenKeys {
 }
 
 impl HiddenKeys {
+    /// For a table with a primary key: nothing to draw or keep.
+    const NONE: HiddenKeys = HiddenKeys { next: None };
+
     /// Where `table`'s hidden keys go on in the statement's transaction
     /// (nothing for a table with a primary key).
     fn resume(ctx: &StatementContext, table: &Table) -> Result<HiddenKeys> {

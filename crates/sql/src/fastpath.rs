@@ -27,6 +27,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast;
+use smallvec::SmallVec;
 use spindle_catalog::{Catalog, RowCodec, Table};
 use spindle_keys::{row, DataType, Value};
 
@@ -738,7 +739,8 @@ fn point_batch(plan: &SelectPlan, key: &[Value], stored: &[u8]) -> Result<Record
     // Key columns from the key; the others from the row, in its order
     // (a column may be asked for twice: `SELECT v, v AS w`).
     let key_idx = plan.codec.key_idx();
-    let mut wanted: Vec<(u32, usize)> = Vec::new();
+    // Inline up to 8 columns: a point read makes no allocation for these.
+    let mut wanted: SmallVec<[(u32, usize); 8]> = SmallVec::new();
     for (out, i) in columns.iter().enumerate() {
         match key_idx.iter().position(|k| k == i) {
             Some(pos) => {
@@ -750,7 +752,7 @@ fn point_batch(plan: &SelectPlan, key: &[Value], stored: &[u8]) -> Result<Record
             None => wanted.push((table.columns[*i].id, out)),
         }
     }
-    let mut filled = vec![false; columns.len()];
+    let mut filled: SmallVec<[bool; 16]> = smallvec::smallvec![false; columns.len()];
     if !wanted.is_empty() {
         // The first value of a column id counts (as in a scan).
         let mut mismatch = None;
