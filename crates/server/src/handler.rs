@@ -110,6 +110,8 @@ pub(crate) struct Conn {
     pub idle: std::sync::atomic::AtomicBool,
     /// The connection's wake-ups, for [`crate::busy_poll`]'s load rule.
     pub activity: crate::busy_poll::Activity,
+    /// The connection's cancel handle, once a statement has looked it up.
+    cancel_handle: std::sync::OnceLock<Arc<ConnectionHandle>>,
 }
 
 impl Conn {
@@ -125,6 +127,7 @@ impl Conn {
             told: std::sync::Mutex::new(None),
             idle: std::sync::atomic::AtomicBool::new(false),
             activity: Default::default(),
+            cancel_handle: std::sync::OnceLock::new(),
         }
     }
 
@@ -324,7 +327,16 @@ async fn cancel_receiver<C: ClientInfo>(
     client: &C,
 ) -> Option<futures::channel::oneshot::Receiver<()>> {
     conn.arm_interrupt(client.pid_and_secret_key().0);
-    let handle = client.session_extensions().get::<Arc<ConnectionHandle>>()?;
+    // Registered by authentication, before any statement; kept in the
+    // connection after the first statement (the session extensions are a
+    // locked map by type).
+    let handle = match conn.cancel_handle.get() {
+        Some(h) => h,
+        None => {
+            let h = client.session_extensions().get::<Arc<ConnectionHandle>>()?;
+            conn.cancel_handle.get_or_init(|| Arc::clone(&h))
+        }
+    };
     Some(handle.start_query().await)
 }
 
@@ -1279,7 +1291,7 @@ impl ExtendedQueryHandler for Handler {
         Ok(())
     }
 
-    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    async fn on_bind<C>(&self, client: &mut C, mut message: Bind) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -1296,7 +1308,10 @@ impl ExtendedQueryHandler for Handler {
                 self.conn.session.lock().await.fail();
                 return Err(e);
             }
-            let portal = Portal::try_new(&message, stmt)?;
+            // The parameters move into the portal (`try_new` copies them).
+            let parameters = std::mem::take(&mut message.parameters);
+            let mut portal = Portal::try_new(&message, stmt)?;
+            portal.parameters = parameters;
             client.portal_store().put_portal(Arc::new(portal));
             client
                 .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
@@ -1468,6 +1483,46 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        Ok(match self.run_statement(portal).await? {
+            Ran::Empty => Response::EmptyQuery,
+            Ran::Command(tag) => Response::Execution(tag),
+            Ran::Rows { fields, rows, tag } => {
+                let mut resp =
+                    QueryResponse::new(fields, futures::stream::iter(rows.into_iter().map(Ok)));
+                resp.set_command_tag(tag);
+                Response::Query(resp)
+            }
+        })
+    }
+}
+
+/// What a portal's statement produced ([`Handler::run_statement`]).
+enum Ran {
+    Empty,
+    Command(Tag),
+    /// Rows, encoded, with their fields and the CommandComplete word.
+    Rows {
+        fields: Arc<Vec<FieldInfo>>,
+        rows: Vec<DataRow>,
+        tag: &'static str,
+    },
+}
+
+/// CommandComplete for `rows` rows of a `command` ("SELECT 1"), without
+/// `format!`: this goes out once per statement.
+fn rows_complete(command: &str, rows: usize) -> CommandComplete {
+    let mut n = itoa::Buffer::new();
+    let n = n.format(rows);
+    let mut tag = String::with_capacity(command.len() + 1 + n.len());
+    tag.push_str(command);
+    tag.push(' ');
+    tag.push_str(n);
+    CommandComplete::new(tag)
+}
+
+impl Handler {
+    /// Runs a portal's statement with its parameters.
+    async fn run_statement(&self, portal: &Portal<Prepared>) -> PgWireResult<Ran> {
         let prepared = &portal.statement.statement;
         let params = Self::params(portal)?;
         let span = info_span!(
@@ -1477,7 +1532,8 @@ impl ExtendedQueryHandler for Handler {
             rows = tracing::field::Empty,
             ms = tracing::field::Empty
         );
-        let start = Instant::now();
+        // The clock is read only for a span a subscriber keeps.
+        let start = (!span.is_disabled()).then(Instant::now);
         let result = {
             let _running = self.conn.shared.in_flight.read().await;
             let mut session = self.conn.session.lock().await;
@@ -1498,13 +1554,15 @@ impl ExtendedQueryHandler for Handler {
                 }
             }
         };
-        span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
+        if let Some(start) = start {
+            span.record("ms", start.elapsed().as_secs_f64() * 1000.0);
+        }
         let mut outputs = result.map_err(|e| to_pg(&e))?;
         match outputs.pop() {
-            None => Ok(Response::EmptyQuery),
+            None => Ok(Ran::Empty),
             Some(Output::Command { tag, rows }) => {
                 span.record("rows", rows);
-                Ok(Response::Execution(Tag::new(&tag.to_string())))
+                Ok(Ran::Command(Tag::new(&tag.to_string())))
             }
             Some(Output::Rows { schema, batches }) => {
                 let fields = prepared
@@ -1513,18 +1571,16 @@ impl ExtendedQueryHandler for Handler {
                 let rows = data_rows(&batches, &fields)
                     .map_err(|e| PgWireError::UserError(Box::new(e)))?;
                 span.record("rows", rows.len());
-                let mut resp =
-                    QueryResponse::new(fields, futures::stream::iter(rows.into_iter().map(Ok)));
-                if prepared.tag == "SHOW" {
-                    resp.set_command_tag("SHOW");
-                }
-                Ok(Response::Query(resp))
+                let tag = if prepared.tag == "SHOW" {
+                    "SHOW"
+                } else {
+                    "SELECT"
+                };
+                Ok(Ran::Rows { fields, rows, tag })
             }
         }
     }
-}
 
-impl Handler {
     /// Execute: runs the portal (once; a suspended one resumes) and feeds
     /// its rows and CommandComplete or PortalSuspended, unflushed. The
     /// protocol leaves flushing to Sync and Flush, and PostgreSQL writes a
@@ -1575,23 +1631,21 @@ impl Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let started = !matches!(*portal.state().lock().await, PortalExecutionState::Initial);
+        let started = !matches!(*portal.state.lock().await, PortalExecutionState::Initial);
         if !started {
             let cancel = cancel_receiver(&self.conn, client).await;
-            let query = ExtendedQueryHandler::do_query(self, client, portal, max_rows);
-            let response = match cancel {
-                Some(cancel) => match select(Box::pin(query), cancel).await {
+            // Pinned on the stack: no allocation and copy of the future.
+            let query = std::pin::pin!(self.run_statement(portal));
+            let ran = match cancel {
+                Some(cancel) => match select(query, cancel).await {
                     Either::Left((r, _)) => r?,
                     Either::Right(_) => return Err(PgWireError::QueryCanceled),
                 },
                 None => query.await?,
             };
-            let tag = match response {
-                Response::Query(rows) => {
-                    portal.start(rows).await;
-                    None
-                }
-                Response::EmptyQuery => {
+            let (fields, mut rows, tag) = match ran {
+                Ran::Rows { fields, rows, tag } => (fields, rows, tag),
+                Ran::Empty => {
                     client
                         .feed(PgWireBackendMessage::EmptyQueryResponse(
                             EmptyQueryResponse::new(),
@@ -1599,24 +1653,36 @@ impl Handler {
                         .await?;
                     return Ok(());
                 }
-                Response::Execution(tag)
-                | Response::TransactionStart(tag)
-                | Response::TransactionEnd(tag) => Some(tag),
-                // As an error of the statement: the session fails and the
-                // rest of the batch is skipped until Sync.
-                Response::Error(e) => return Err(PgWireError::UserError(e)),
-                Response::CopyIn(_) | Response::CopyOut(_) | Response::CopyBoth(_) => {
-                    return Err(PgWireError::ApiError(
-                        "COPY is started before the portal runs".into(),
-                    ))
+                Ran::Command(tag) => {
+                    client
+                        .feed(PgWireBackendMessage::CommandComplete(tag.into()))
+                        .await?;
+                    return Ok(());
                 }
             };
-            if let Some(tag) = tag {
-                client
-                    .feed(PgWireBackendMessage::CommandComplete(tag.into()))
-                    .await?;
-                return Ok(());
+            // The rows are all here: they go out straight, and only those
+            // past a row limit wait in the portal (as pgwire's portal
+            // fetch does it: a limit met exactly also suspends).
+            let rest = (max_rows > 0 && rows.len() >= max_rows).then(|| rows.split_off(max_rows));
+            let n = rows.len();
+            for row in rows {
+                client.feed(PgWireBackendMessage::DataRow(row)).await?;
             }
+            let last = match rest {
+                Some(rest) => {
+                    let mut resp =
+                        QueryResponse::new(fields, futures::stream::iter(rest.into_iter().map(Ok)));
+                    resp.set_command_tag(tag);
+                    portal.start(resp).await;
+                    PgWireBackendMessage::PortalSuspended(PortalSuspended::new())
+                }
+                None => {
+                    *portal.state.lock().await = PortalExecutionState::Finished;
+                    PgWireBackendMessage::CommandComplete(rows_complete(tag, n))
+                }
+            };
+            client.feed(last).await?;
+            return Ok(());
         }
         let fetched = portal.fetch(max_rows).await?;
         let mut response = fetched.response;
@@ -1629,7 +1695,7 @@ impl Handler {
         let last = if fetched.suspended {
             PgWireBackendMessage::PortalSuspended(PortalSuspended::new())
         } else {
-            PgWireBackendMessage::CommandComplete(Tag::new(&command).with_rows(rows).into())
+            PgWireBackendMessage::CommandComplete(rows_complete(&command, rows))
         };
         client.feed(last).await?;
         Ok(())

@@ -391,6 +391,20 @@ async fn prepared_statements_with_binary_values_of_every_type() {
     assert_eq!(first.len(), 4);
     assert_eq!(rest.len(), 6);
     assert_eq!(rest[0].get::<_, i64>(0), 104);
+    // A limit met exactly suspends the portal (as in PostgreSQL, which
+    // cannot know that no row follows); the next fetch finds none.
+    let query = "SELECT id FROM everything WHERE id >= $1 ORDER BY id";
+    let portal = tx.bind(query, &[&100i64]).await.unwrap();
+    assert_eq!(tx.query_portal(&portal, 10).await.unwrap().len(), 10);
+    assert!(tx.query_portal(&portal, 10).await.unwrap().is_empty());
+    // A limit above the row count: every row, and the portal is done.
+    let portal = tx.bind(query, &[&105i64]).await.unwrap();
+    let all = tx.query_portal(&portal, 50).await.unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        (105..110).collect::<Vec<_>>()
+    );
+    assert!(tx.query_portal(&portal, 50).await.unwrap().is_empty());
     tx.commit().await.unwrap();
 }
 
