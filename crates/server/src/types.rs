@@ -121,70 +121,128 @@ pub fn float_text(f: f64, max_exp: i32) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// Appends [`float_text`]'s form of `f` to `buf` without allocating: the
-/// shortest digits come from one `{:e}` formatting on the stack, and the
-/// decimal form is laid out from them (`{}` prints the same shortest
-/// digits, only placed differently):
+/// [`float_text`] of a float4: the shortest digits that read back as the
+/// same *float4* (PostgreSQL's `0.1::real` is `0.1`, not the digits of
+/// the float8 it widens to), exponent form from 10^6 on.
+pub fn float4_text(f: f32) -> String {
+    let mut buf = BytesMut::with_capacity(16);
+    write_float4_text(&mut buf, f);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Appends [`float_text`]'s form of `f` to `buf` without allocating.
+pub fn write_float_text(buf: &mut BytesMut, f: f64, max_exp: i32) {
+    if let Some(special) = special_float(f) {
+        return buf.put_slice(special);
+    }
+    let mut shortest = ryu::Buffer::new();
+    lay_out_float(buf, shortest.format_finite(f).as_bytes(), max_exp);
+}
+
+/// Appends [`float4_text`]'s form of `f` to `buf` without allocating.
+pub fn write_float4_text(buf: &mut BytesMut, f: f32) {
+    if let Some(special) = special_float(f.into()) {
+        return buf.put_slice(special);
+    }
+    let mut shortest = ryu::Buffer::new();
+    lay_out_float(buf, shortest.format_finite(f).as_bytes(), 6);
+}
+
+/// NaN, the infinities and the zeros, as PostgreSQL prints them.
+fn special_float(f: f64) -> Option<&'static [u8]> {
+    if f.is_nan() {
+        Some(b"NaN")
+    } else if f.is_infinite() {
+        Some(if f > 0.0 { b"Infinity" } else { b"-Infinity" })
+    } else if f == 0.0 {
+        Some(if f.is_sign_negative() { b"-0" } else { b"0" })
+    } else {
+        None
+    }
+}
+
+/// Lays out a finite, non-zero float's shortest round-trip digits (as
+/// `ryu` prints them: `-123.45`, `0.0012345`, `1.2345e20`, `1e-7`,
+/// `1.0`) in PostgreSQL's form. The digits and the decimal exponent are
+/// read off that text, then written so:
 ///
 /// ```text
-///   {:e}   -1.2345e2 → sign "-", digits "12345", exponent 2
-///   exponent < -4 or ≥ max_exp:  -1.2345e+02   (mantissa as printed)
-///   exponent ≥ 0:                -123.45       (digits, point after exponent + 1)
-///   exponent < 0:                -0.0012345    (0. then -exponent - 1 zeros)
+///   digits "12345", exponent 2 (the value is 1.2345 × 10^2)
+///   exponent < -4 or ≥ max_exp:  1.2345e+02   (at least two exponent digits)
+///   exponent ≥ 0:                123.45       (point after exponent + 1 digits)
+///   exponent < 0:                0.0012345    (0. then -exponent - 1 zeros)
 /// ```
-pub fn write_float_text(buf: &mut BytesMut, f: f64, max_exp: i32) {
-    use std::fmt::Write as _;
-    if f.is_nan() {
-        return buf.put_slice(b"NaN");
+fn lay_out_float(buf: &mut BytesMut, text: &[u8], max_exp: i32) {
+    // Most values: `ryu`'s decimal form is PostgreSQL's, less a trailing
+    // ".0" ("100.0" is "100").
+    if !text.contains(&b'e') {
+        let body = text.strip_prefix(b"-").unwrap_or(text);
+        let exp = match body.strip_prefix(b"0.") {
+            Some(fraction) => -1 - fraction.iter().take_while(|&&b| b == b'0').count() as i32,
+            None => body.iter().position(|&b| b == b'.').unwrap_or(body.len()) as i32 - 1,
+        };
+        if (-4..max_exp).contains(&exp) {
+            return buf.put_slice(text.strip_suffix(b".0").unwrap_or(text));
+        }
     }
-    if f.is_infinite() {
-        return buf.put_slice(if f > 0.0 { b"Infinity" } else { b"-Infinity" });
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let (mantissa, exp_text) = match text.iter().position(|&b| b == b'e') {
+        Some(at) => (&text[..at], &text[at + 1..]),
+        None => (text, &[][..]),
+    };
+    let int_len = mantissa
+        .iter()
+        .position(|&b| b == b'.')
+        .unwrap_or(mantissa.len());
+    // At most 17 significant digits (an f64), in a buffer with room to spare.
+    let mut digits = [0u8; 40];
+    let mut n = 0;
+    let mut leading_zeros = 0i32;
+    for &b in mantissa.iter().filter(|b| b.is_ascii_digit()) {
+        if n == 0 && b == b'0' {
+            leading_zeros += 1;
+        } else if n < digits.len() {
+            digits[n] = b;
+            n += 1;
+        }
     }
-    if f == 0.0 {
-        return buf.put_slice(if f.is_sign_negative() { b"-0" } else { b"0" });
+    while n > 1 && digits[n - 1] == b'0' {
+        n -= 1;
     }
-    let mut sci = StackText::default();
-    // An f64's `{:e}` is at most 24 bytes ("-1.2345678901234567e-308").
-    if write!(sci, "{f:e}").is_err() {
-        return buf.put_slice(format!("{f:e}").as_bytes());
+    let digits = &digits[..n];
+    let (exp_negative, exp_digits) = match exp_text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, exp_text),
+    };
+    let written_exp = exp_digits
+        .iter()
+        .fold(0i32, |e, &d| e * 10 + i32::from(d - b'0'));
+    let exp = int_len as i32 - 1 - leading_zeros
+        + if exp_negative {
+            -written_exp
+        } else {
+            written_exp
+        };
+    if negative {
+        buf.put_u8(b'-');
     }
-    let sci = sci.as_bytes();
-    let e_at = sci.iter().rposition(|&b| b == b'e').unwrap_or(sci.len());
-    let (mantissa, exp_text) = (&sci[..e_at], sci.get(e_at + 1..).unwrap_or(&[]));
-    let exp = std::str::from_utf8(exp_text)
-        .ok()
-        .and_then(|e| e.parse::<i32>().ok())
-        .unwrap_or(0);
     if exp < -4 || exp >= max_exp {
-        buf.put_slice(mantissa);
+        buf.put_u8(digits.first().copied().unwrap_or(b'0'));
+        if digits.len() > 1 {
+            buf.put_u8(b'.');
+            buf.put_slice(&digits[1..]);
+        }
         buf.put_u8(b'e');
         buf.put_u8(if exp < 0 { b'-' } else { b'+' });
         let abs = exp.unsigned_abs();
         if abs < 10 {
             buf.put_u8(b'0');
         }
-        let mut e = StackText::default();
-        let _ = write!(e, "{abs}");
-        buf.put_slice(e.as_bytes());
-        return;
-    }
-    let (negative, mantissa) = match mantissa.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, mantissa),
-    };
-    if negative {
-        buf.put_u8(b'-');
-    }
-    let mut digits = [0u8; 32];
-    let mut n = 0;
-    for &b in mantissa.iter().filter(|b| b.is_ascii_digit()) {
-        if n < digits.len() {
-            digits[n] = b;
-            n += 1;
-        }
-    }
-    let digits = &digits[..n];
-    if exp >= 0 {
+        buf.put_slice(itoa::Buffer::new().format(abs).as_bytes());
+    } else if exp >= 0 {
         let int_len = exp as usize + 1;
         if digits.len() <= int_len {
             buf.put_slice(digits);
@@ -198,38 +256,6 @@ pub fn write_float_text(buf: &mut BytesMut, f: f64, max_exp: i32) {
         buf.put_slice(b"0.");
         buf.put_bytes(b'0', (-exp - 1) as usize);
         buf.put_slice(digits);
-    }
-}
-
-/// A formatting target on the stack, for numbers written into a row's
-/// buffer without a `String` each.
-struct StackText {
-    buf: [u8; 48],
-    len: usize,
-}
-
-impl Default for StackText {
-    fn default() -> Self {
-        StackText {
-            buf: [0; 48],
-            len: 0,
-        }
-    }
-}
-
-impl StackText {
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl std::fmt::Write for StackText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let slot = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        slot.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
     }
 }
 
@@ -273,15 +299,12 @@ impl<'a> TextColumn<'a> {
     /// Appends row `row`'s text form to `buf` and returns true; returns
     /// false (nothing written) for NULL.
     pub fn write(&self, row: usize, buf: &mut BytesMut) -> spindle_sql::Result<bool> {
-        use std::fmt::Write as _;
         let int = |i: i64, buf: &mut BytesMut| {
-            let mut t = StackText::default();
-            let _ = write!(t, "{i}");
-            buf.put_slice(t.as_bytes());
+            buf.put_slice(itoa::Buffer::new().format(i).as_bytes());
         };
         let float = |f: f64, float4: bool, buf: &mut BytesMut| {
             if float4 {
-                write_float_text(buf, f as f32 as f64, 6)
+                write_float4_text(buf, f as f32)
             } else {
                 write_float_text(buf, f, 15)
             }
@@ -318,7 +341,7 @@ pub fn text(v: &Value, t: &Type) -> Option<String> {
     Some(match v {
         Value::Null => return None,
         Value::Int64(i) => i.to_string(),
-        Value::Float64(f) if *t == Type::FLOAT4 => float_text(*f as f32 as f64, 6),
+        Value::Float64(f) if *t == Type::FLOAT4 => float4_text(*f as f32),
         Value::Float64(f) => float_text(*f, 15),
         Value::Bool(b) => if *b { "t" } else { "f" }.to_string(),
         Value::String(s) | Value::Json(s) => s.clone(),
@@ -679,8 +702,9 @@ mod tests {
         assert_eq!(float_text(f64::NEG_INFINITY, 15), "-Infinity");
     }
 
-    /// The text form before `write_float_text` (two formattings and two
-    /// `String`s): the reference the stack-built form must equal.
+    /// The text form the laid-out one must equal, from Rust's own
+    /// shortest digits (`{:e}` and `{}`, two formattings and two
+    /// `String`s), for an f64 ...
     fn float_text_reference(f: f64, max_exp: i32) -> String {
         if f.is_nan() {
             return "NaN".into();
@@ -691,7 +715,18 @@ mod tests {
         if f == 0.0 {
             return if f.is_sign_negative() { "-0" } else { "0" }.into();
         }
-        let sci = format!("{f:e}");
+        reference_layout(format!("{f:e}"), format!("{f}"), max_exp)
+    }
+
+    /// ... and for an f32, from the f32's shortest digits.
+    fn float4_text_reference(f: f32) -> String {
+        if f.is_nan() || f.is_infinite() || f == 0.0 {
+            return float_text_reference(f.into(), 6);
+        }
+        reference_layout(format!("{f:e}"), format!("{f}"), 6)
+    }
+
+    fn reference_layout(sci: String, decimal: String, max_exp: i32) -> String {
         let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
         let exp: i32 = exp.parse().unwrap_or(0);
         if exp < -4 || exp >= max_exp {
@@ -701,30 +736,70 @@ mod tests {
                 exp.abs()
             )
         } else {
-            format!("{f}")
+            decimal
         }
+    }
+
+    /// `printed` is the reference's text, or — where the value lies exactly
+    /// halfway between two shortest candidates — the other candidate:
+    /// PostgreSQL (like `ryu`) then takes the even last digit, and Rust's
+    /// `fmt` does not always (`-1360612983276717.25` prints as
+    /// `-1.3606129832767172e+15` in PostgreSQL 15, `…173e+15` in Rust).
+    /// The other candidate has the same length, differs in one digit, and
+    /// reads back as the same value.
+    fn same_or_tie(printed: &str, reference: &str, reads_back: impl Fn(&str) -> bool) -> bool {
+        let differing = printed
+            .bytes()
+            .zip(reference.bytes())
+            .filter(|(a, b)| a != b)
+            .count();
+        printed == reference
+            || (printed.len() == reference.len() && differing == 1 && reads_back(printed))
+    }
+
+    fn f64_is(f: f64) -> impl Fn(&str) -> bool {
+        move |s| s.parse::<f64>().ok() == Some(f)
+    }
+
+    fn f32_is(f: f32) -> impl Fn(&str) -> bool {
+        move |s| s.parse::<f32>().ok() == Some(f)
     }
 
     proptest::proptest! {
         /// Any f64 (every bit pattern: subnormals, NaNs, the extremes) and
         /// any f32 print as the reference prints them.
         #[test]
-        fn floats_built_on_the_stack_print_as_before(bits: u64, bits32: u32, max_exp in 1i32..20) {
+        fn floats_print_as_the_reference(bits: u64, bits32: u32, max_exp in 1i32..20) {
             let f = f64::from_bits(bits);
-            proptest::prop_assert_eq!(float_text(f, 15), float_text_reference(f, 15));
-            proptest::prop_assert_eq!(float_text(f, max_exp), float_text_reference(f, max_exp));
-            let g = f32::from_bits(bits32) as f64;
-            proptest::prop_assert_eq!(float_text(g, 6), float_text_reference(g, 6));
+            for e in [15, max_exp] {
+                let (printed, reference) = (float_text(f, e), float_text_reference(f, e));
+                proptest::prop_assert!(same_or_tie(&printed, &reference, f64_is(f)), "{printed} / {reference}");
+            }
+            let g = f32::from_bits(bits32);
+            let (printed, reference) = (float4_text(g), float4_text_reference(g));
+            proptest::prop_assert!(same_or_tie(&printed, &reference, f32_is(g)), "{printed} / {reference}");
         }
 
         /// Decimal-range values (where the digits are laid out by hand).
         #[test]
-        fn decimal_floats_print_as_before(m in -1_000_000_000i64..1_000_000_000, e in -8i32..18) {
+        fn decimal_floats_print_as_the_reference(m in -1_000_000_000i64..1_000_000_000, e in -8i32..18) {
             let f = m as f64 * 10f64.powi(e - 6);
-            proptest::prop_assert_eq!(float_text(f, 15), float_text_reference(f, 15));
-            let g = f as f32 as f64;
-            proptest::prop_assert_eq!(float_text(g, 6), float_text_reference(g, 6));
+            let (printed, reference) = (float_text(f, 15), float_text_reference(f, 15));
+            proptest::prop_assert!(same_or_tie(&printed, &reference, f64_is(f)), "{printed} / {reference}");
+            let g = f as f32;
+            let (printed, reference) = (float4_text(g), float4_text_reference(g));
+            proptest::prop_assert!(same_or_tie(&printed, &reference, f32_is(g)), "{printed} / {reference}");
         }
+    }
+
+    /// Exact ties print PostgreSQL's (even) candidate.
+    #[test]
+    fn ties_print_like_postgres() {
+        assert_eq!(
+            float_text(-1360612983276717.25, 15),
+            "-1.3606129832767172e+15"
+        );
+        assert_eq!(float4_text(2257685.25), "2.2576852e+06");
     }
 
     #[test]
@@ -755,6 +830,29 @@ mod tests {
         assert_eq!(float_text(100.0, 15), "100");
         assert_eq!(float_text(-0.00123, 15), "-0.00123");
         assert_eq!(float_text(1e6, 6), "1e+06");
+    }
+
+    /// float4 prints its own shortest digits, as PostgreSQL 15 does
+    /// (`SELECT 0.1::real, 1.1::real, 123456::real, 1234567::real,
+    /// 0.0001::real, 1e-5::real, 3.4028235e38::real`).
+    #[test]
+    fn float4s_print_like_postgres() {
+        let printed: Vec<String> = [0.1f32, 1.1, 123456.0, 1234567.0, 0.0001, 1e-5, f32::MAX]
+            .into_iter()
+            .map(float4_text)
+            .collect();
+        assert_eq!(
+            printed,
+            [
+                "0.1",
+                "1.1",
+                "123456",
+                "1.234567e+06",
+                "0.0001",
+                "1e-05",
+                "3.4028235e+38"
+            ]
+        );
     }
 
     /// A column written straight from its array gives what `text` gives
