@@ -792,14 +792,17 @@ mod tests {
         }
     }
 
-    /// Exact ties print PostgreSQL's (even) candidate.
+    /// Exact ties print PostgreSQL's (even) candidate: -1360612983276717.25
+    /// and 2257685.25 (as a float4), given by their bits (their literals
+    /// have more digits than the shortest form clippy wants).
     #[test]
     fn ties_print_like_postgres() {
-        assert_eq!(
-            float_text(-1360612983276717.25, 15),
-            "-1.3606129832767172e+15"
-        );
-        assert_eq!(float4_text(2257685.25), "2.2576852e+06");
+        let f = f64::from_bits(14056673289329054389);
+        assert_eq!(f, -1_360_612_983_276_717.2);
+        assert_eq!(float_text(f, 15), "-1.3606129832767172e+15");
+        let g = f32::from_bits(1242156117);
+        assert_eq!(g, 2_257_685.2);
+        assert_eq!(float4_text(g), "2.2576852e+06");
     }
 
     #[test]
