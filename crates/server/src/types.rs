@@ -217,9 +217,13 @@ fn lay_out_float(buf: &mut BytesMut, text: &[u8], max_exp: i32) {
         Some((b'-', rest)) => (true, rest),
         _ => (false, exp_text),
     };
+    // At most three digits (ryu writes nothing else there).
     let written_exp = exp_digits
         .iter()
-        .fold(0i32, |e, &d| e * 10 + i32::from(d - b'0'));
+        .filter(|d| d.is_ascii_digit())
+        .fold(0i32, |e, &d| {
+            e.saturating_mul(10).saturating_add(i32::from(d - b'0'))
+        });
     let exp = int_len as i32 - 1 - leading_zeros
         + if exp_negative {
             -written_exp
