@@ -269,18 +269,26 @@ impl Store {
     /// [`Store::flush`] makes it durable (group commit). On disk the batch
     /// is logged and queued ([`wal`]): it is in the data file, whole,
     /// once [`Store::flush`] or [`Store::wait_applied`] returns, and is
-    /// applied only after one of them is called.
-    pub fn apply_unsynced(&self, batch: Batch) -> Result<()> {
+    /// applied only after one of them is called. Returns the batch's log
+    /// position: it is durable once [`Store::durable_lsn`] reaches it (0
+    /// for a temporary store, which has no log and applies it at once).
+    pub fn apply_unsynced(&self, batch: Batch) -> Result<u64> {
         match &self.durable {
-            Some(wal) => wal.submit(batch.inner, batch.versions).map(|_| ()),
+            Some(wal) => wal.submit(batch.inner, batch.versions),
             None => {
                 let mut replaced = wal::Replaced::new();
                 self.kv
                     .write(|t| write_batch(t, &batch.inner, &batch.versions, &mut replaced))?;
                 wal::tell_replaced(&self.replaced, &replaced, &batch.versions);
-                Ok(())
+                Ok(0)
             }
         }
+    }
+
+    /// Every batch up to this log position ([`Store::apply_unsynced`]'s
+    /// answer) is on the disk (0 for a temporary store).
+    pub fn durable_lsn(&self) -> u64 {
+        self.durable.as_ref().map_or(0, wal::Wal::durable_lsn)
     }
 
     /// Sets the observer told, after each batch (on disk: each group of

@@ -57,9 +57,10 @@
 //! versions of every batch not yet applied are indexed by key
 //! ([`Wal::newest_unapplied`], through `Store::get_at`); scans wait for it
 //! ([`Wal::wait_applied_to`], through `Store::scan_at`). A flush that finds
-//! another committer's sync in progress waits for it, then syncs what is
-//! still pending (group commit: one sync covers every record appended
-//! before it began).
+//! another committer's sync in progress waits for it (the waiters are
+//! woken together when it ends), then, unless it covered them, one of
+//! them syncs what is still pending (group commit: one sync covers every
+//! record appended before it began).
 //!
 //! Invariants:
 //! * Records get consecutive log sequence numbers (LSNs) in submission
@@ -248,6 +249,15 @@ struct Pending {
 /// The largest emptied record buffer kept for reuse.
 const SPARE_BUFFER_BYTES: usize = 32 << 20;
 
+/// Group commit's state ([`Shared::sync_group`]).
+#[derive(Default)]
+struct Lead {
+    /// A flush leads: it writes and syncs (or waits for the output lock to).
+    running: bool,
+    /// Flushes waiting for it to end.
+    waiting: usize,
+}
+
 /// The log file, where the next record goes, and its allocated size.
 struct Output {
     file: File,
@@ -280,6 +290,13 @@ impl Output {
 struct Shared {
     pending: Mutex<Pending>,
     output: Mutex<Output>,
+    /// Whether a group-commit flush is leading (writing and syncing, or
+    /// waiting for `output` to do so), and how many flushes wait on
+    /// `synced` for it to end rather than queue on `output`
+    /// ([`Shared::sync_group`]).
+    leading: Mutex<Lead>,
+    /// Signalled (every waiter at once) when a leading flush ends.
+    synced: Condvar,
     /// Batches submitted, not yet applied, in LSN order.
     queue: Mutex<VecDeque<Record>>,
     /// Their versions, by key, for point reads ([`Unapplied`]).
@@ -411,6 +428,52 @@ impl Shared {
             self.fail();
         }
         r
+    }
+
+    /// Group commit: returns once every record up to `target` is durable.
+    /// A flush that finds no other leading writes and syncs everything
+    /// pending (its own record and every record appended meanwhile); the
+    /// flushes that come while it leads wait until it ends — all woken at
+    /// once — and return if it covered them, or one of them leads the
+    /// next sync. (Before, they queued on the output lock, which an unlock
+    /// hands to one waiter at a time: a flush covered by the sync it waited
+    /// for still had to be woken, take the lock and release it in turn,
+    /// one thread wake-up after another. PostgreSQL's `XLogFlush` waits
+    /// the same way, `LWLockAcquireOrWait`.)
+    fn sync_group(&self, target: u64) -> Result<()> {
+        let mut lead = lock(&self.leading)?;
+        loop {
+            if self.durable_lsn.load(Ordering::Acquire) >= target {
+                return Ok(());
+            }
+            if !lead.running {
+                break;
+            }
+            lead.waiting += 1;
+            let woken = self.synced.wait(lead);
+            lead = woken.map_err(|_| Error::Corrupt("write-ahead log lock poisoned".into()))?;
+            lead.waiting -= 1;
+        }
+        lead.running = true;
+        drop(lead);
+        // Ends the lead however the sync ends, so that the next flush can
+        // lead; wakes the waiters, if any (a lone committer makes no
+        // wake-up call).
+        struct Leading<'a>(&'a Shared);
+        impl Drop for Leading<'_> {
+            fn drop(&mut self) {
+                let mut lead = self.0.leading.lock().unwrap_or_else(|e| e.into_inner());
+                lead.running = false;
+                if lead.waiting > 0 {
+                    self.0.synced.notify_all();
+                }
+            }
+        }
+        let _leading = Leading(self);
+        // Every record up to `target` is in the pending buffer or was
+        // taken from it by a writer that holds the output lock until its
+        // sync is done: once the lock is ours, this sync covers `target`.
+        self.sync_locked(&mut *lock(&self.output)?, false)
     }
 
     /// Microseconds since the log was opened.
@@ -801,6 +864,8 @@ impl Wal {
                 ..Pending::default()
             }),
             output: Mutex::new(output),
+            leading: Mutex::new(Lead::default()),
+            synced: Condvar::new(),
             queue: Mutex::new(VecDeque::new()),
             unapplied: Mutex::new(Unapplied::default()),
             unindexed: AtomicU64::new(0),
@@ -917,12 +982,10 @@ impl Wal {
         } else if s.applier_idle.load(Ordering::SeqCst) {
             s.work.notify_one();
         }
-        let group = s.group.load(Ordering::Relaxed);
-        if !group || s.durable_lsn.load(Ordering::Acquire) < target {
-            let mut out = lock(&s.output)?;
-            if !group || s.durable_lsn.load(Ordering::Acquire) < target {
-                s.sync_locked(&mut out, !group)?;
-            }
+        if s.group.load(Ordering::Relaxed) {
+            s.sync_group(target)?;
+        } else {
+            s.sync_locked(&mut *lock(&s.output)?, true)?;
         }
         if s.checkpoint_due() {
             // The applier checkpoints (woken under the queue lock, so that
@@ -1660,6 +1723,91 @@ mod tests {
             s.apply_now(&later, false),
             "lone again once no flush has overlapped for a while"
         );
+    }
+
+    /// Waits until `n` threads are inside a flush and one of them leads.
+    fn until_flushing(s: &Shared, n: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while s.flushing.load(Ordering::SeqCst) < n
+            || !s.leading.lock().unwrap().running
+            || s.leading.lock().unwrap().waiting < n - 1
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "flushes did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Group commit: a flush leads while the log's file is busy (its
+    /// output lock held here, as a checkpoint or a write would); records
+    /// appended meanwhile are flushed by flushes that wait for the leader.
+    /// Its one sync covers them all: one sync for three flushes, and every
+    /// record durable when they return.
+    #[test]
+    fn flushes_that_wait_for_a_leader_share_its_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = open(dir.path());
+        let wal = Wal::recover(dir.path(), kv.clone(), replay).unwrap();
+        let s = &wal.shared;
+        let before = wal.sync_count();
+        std::thread::scope(|scope| {
+            let busy = s.output.lock().unwrap();
+            apply(&wal, vec![(b"a".to_vec(), Some(b"1".to_vec()))]);
+            let leader = scope.spawn(|| wal.flush_durable());
+            until_flushing(s, 1);
+            apply(&wal, vec![(b"b".to_vec(), Some(b"2".to_vec()))]);
+            apply(&wal, vec![(b"c".to_vec(), Some(b"3".to_vec()))]);
+            let followers = [
+                scope.spawn(|| wal.flush_durable()),
+                scope.spawn(|| wal.flush_durable()),
+            ];
+            until_flushing(s, 3);
+            assert_eq!(
+                wal.durable_lsn(),
+                0,
+                "nothing synced while the file is busy"
+            );
+            drop(busy);
+            leader.join().unwrap().unwrap();
+            for f in followers {
+                f.join().unwrap().unwrap();
+            }
+        });
+        assert_eq!(wal.durable_lsn(), 3);
+        assert_eq!(
+            wal.sync_count() - before,
+            1,
+            "one sync for the three flushes"
+        );
+        wal.wait_applied().unwrap();
+        assert_eq!(kv.get(b"c").unwrap(), Some(b"3".to_vec()));
+    }
+
+    /// A leader whose sync fails (the log stopped) ends its lead: the
+    /// flushes waiting for it fail too rather than wait forever.
+    #[test]
+    fn flushes_waiting_for_a_failed_leader_fail_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = open(dir.path());
+        let wal = Wal::recover(dir.path(), kv.clone(), replay).unwrap();
+        let s = &wal.shared;
+        std::thread::scope(|scope| {
+            let busy = s.output.lock().unwrap();
+            apply(&wal, vec![(b"a".to_vec(), Some(b"1".to_vec()))]);
+            let leader = scope.spawn(|| wal.flush_durable());
+            until_flushing(s, 1);
+            apply(&wal, vec![(b"b".to_vec(), Some(b"2".to_vec()))]);
+            let follower = scope.spawn(|| wal.flush_durable());
+            until_flushing(s, 2);
+            s.fail();
+            drop(busy);
+            for f in [leader, follower] {
+                assert!(matches!(f.join().unwrap(), Err(Error::LogStopped)));
+            }
+        });
+        assert!(!s.leading.lock().unwrap().running);
     }
 
     /// Records written through the kept (emptied) buffer of an earlier
