@@ -652,6 +652,18 @@ impl Store {
     }
 }
 
+/// Versions [`write_batch`] writes between two yields of its thread. The
+/// log's applier writes a group of commits (up to 10 ms of them) in one
+/// go, ~2 ms of CPU under pgbench's TPC-B; without yielding it held its
+/// vCPU for all of it, and the connection threads whose wake-ups (a
+/// client's message, an `fdatasync`'s end) landed there waited: gaps
+/// with no transaction finishing recurred with every group, and p99 was
+/// 2–2.5× PostgreSQL's. Yielding every 32 versions (a `sched_yield`, a
+/// no-op when nothing else is runnable): p99 at 4 clients 2.4 ms against
+/// 3.9, at 8 clients 3.9–4.0 against 5.1–5.5, throughput the same at 4
+/// clients and 5% higher at 8 (bench/README.md, session 33).
+const YIELD_EVERY: usize = 32;
+
 /// Writes a batch inside a write transaction: metadata operations as
 /// they are, and each version as its key's new head, the head it replaces
 /// moving to its timestamped slot (one B-tree insert returns the old
@@ -665,6 +677,9 @@ fn write_batch(
 ) -> Result<()> {
     kv::write_ops(table, ops)?;
     for (i, (key, ts, value)) in versions.iter().enumerate() {
+        if i % YIELD_EVERY == YIELD_EVERY - 1 {
+            std::thread::yield_now();
+        }
         let (ts, value) = (*ts, value.as_deref());
         let hk = head_key(key);
         let Some(old) = kv::insert_returning(table, &hk, &head_value(ts, value))? else {
