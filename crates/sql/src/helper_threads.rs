@@ -1,4 +1,5 @@
-//! Kept threads for split scans' far halves ([`crate::split_scan`]).
+//! Kept threads for split scans' far halves ([`crate::split_scan`]), and
+//! for freeing a join's plan after its query (`session::DropLater`).
 //!
 //! A split scan hands the far half of its range to a helper thread. A new
 //! OS thread for each split costs about 50 µs here (spawn and join,
