@@ -165,8 +165,8 @@ impl Store {
         let kv = std::sync::Arc::new(kv::Kv::open(path)?);
         // Replayed before anything is read: the last commit timestamp may
         // be in the log.
-        let wal = wal::Wal::recover(path, kv.clone(), |t, r, replaced| {
-            write_batch(t, &r.ops, &r.versions, replaced)
+        let wal = wal::Wal::recover(path, kv.clone(), |t, r, replaced, applier| {
+            write_batch(t, &r.ops, &r.versions, replaced, applier)
         })?;
         let mut store = Self::from_kv(kv, false)?;
         store.durable = Some(wal);
@@ -277,8 +277,9 @@ impl Store {
             Some(wal) => wal.submit(batch.inner, batch.versions),
             None => {
                 let mut replaced = wal::Replaced::new();
-                self.kv
-                    .write(|t| write_batch(t, &batch.inner, &batch.versions, &mut replaced))?;
+                self.kv.write(|t| {
+                    write_batch(t, &batch.inner, &batch.versions, &mut replaced, false)
+                })?;
                 wal::tell_replaced(&self.replaced, &replaced, &batch.versions);
                 Ok(0)
             }
@@ -661,7 +662,9 @@ impl Store {
 /// 2–2.5× PostgreSQL's. Yielding every 32 versions (a `sched_yield`, a
 /// no-op when nothing else is runnable): p99 at 4 clients 2.4 ms against
 /// 3.9, at 8 clients 3.9–4.0 against 5.1–5.5, throughput the same at 4
-/// clients and 5% higher at 8 (bench/README.md, session 33).
+/// clients and 5% higher at 8 (bench/README.md, session 33). Only the
+/// applier yields: a temporary store writes on the committing thread,
+/// under the commit lock, and recovery runs before anyone else.
 const YIELD_EVERY: usize = 32;
 
 /// Writes a batch inside a write transaction: metadata operations as
@@ -674,10 +677,11 @@ fn write_batch(
     ops: &[wal::Op],
     versions: &[wal::Version],
     replaced: &mut wal::Replaced,
+    applier: bool,
 ) -> Result<()> {
     kv::write_ops(table, ops)?;
     for (i, (key, ts, value)) in versions.iter().enumerate() {
-        if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        if applier && i % YIELD_EVERY == YIELD_EVERY - 1 {
             std::thread::yield_now();
         }
         let (ts, value) = (*ts, value.as_deref());

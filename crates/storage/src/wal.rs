@@ -169,8 +169,10 @@ pub(crate) type Op = (Vec<u8>, Option<Vec<u8>>);
 pub(crate) type Version = (Vec<u8>, Timestamp, Option<Vec<u8>>);
 
 /// Writes a record's batch inside a write transaction, noting in the
-/// [`Replaced`] list each version that replaced a live row.
-pub(crate) type ApplyFn = fn(&mut WriteTable<'_>, &Record, &mut Replaced) -> Result<()>;
+/// [`Replaced`] list each version that replaced a live row. The flag is
+/// true on the applier thread, which yields its CPU now and then while it
+/// writes (`Store::write_batch`), false in recovery.
+pub(crate) type ApplyFn = fn(&mut WriteTable<'_>, &Record, &mut Replaced, bool) -> Result<()>;
 
 /// Versions of a batch that replaced a live row: the version's index in
 /// the batch and the replaced row's live bytes (key and value).
@@ -644,7 +646,7 @@ impl Shared {
         };
         let mut replaced = Replaced::new();
         match kv.write(|t| {
-            (self.apply)(t, &group, &mut replaced)?;
+            (self.apply)(t, &group, &mut replaced, true)?;
             write_lsn(t, lsn)
         }) {
             Ok(()) => {
@@ -836,7 +838,7 @@ impl Wal {
             }
             kv.write(|t| {
                 // Split statistics are counted afresh after a restart.
-                apply(t, &record, &mut Replaced::new())?;
+                apply(t, &record, &mut Replaced::new(), false)?;
                 write_lsn(t, record.lsn)
             })?;
             last = record.lsn;
@@ -1302,7 +1304,7 @@ mod tests {
     }
 
     /// Replays the physical operations only (these tests log no versions).
-    fn replay(t: &mut WriteTable<'_>, r: &Record, _: &mut Replaced) -> Result<()> {
+    fn replay(t: &mut WriteTable<'_>, r: &Record, _: &mut Replaced, _: bool) -> Result<()> {
         assert!(r.versions.is_empty());
         kv::write_ops(t, &r.ops)
     }
@@ -1359,6 +1361,67 @@ mod tests {
             write_lsn(t, lsn)
         })
         .unwrap();
+    }
+
+    /// The applier thread is told it is the applier (and may yield, see
+    /// `Store::write_batch`); recovery, which replays on the opening
+    /// thread, is not.
+    #[test]
+    fn only_the_applier_is_told_it_applies() {
+        use std::sync::atomic::AtomicUsize;
+        // Calls on the applier thread, in recovery, and told wrongly.
+        static APPLIER: AtomicUsize = AtomicUsize::new(0);
+        static RECOVERY: AtomicUsize = AtomicUsize::new(0);
+        static WRONG: AtomicUsize = AtomicUsize::new(0);
+        fn counting(
+            t: &mut WriteTable<'_>,
+            r: &Record,
+            _: &mut Replaced,
+            applier: bool,
+        ) -> Result<()> {
+            // Recovery runs on the test's own thread, the applier never.
+            let test_thread = std::thread::current()
+                .name()
+                .is_some_and(|n| n.ends_with("only_the_applier_is_told_it_applies"));
+            if test_thread == applier {
+                WRONG.fetch_add(1, Ordering::Relaxed);
+            }
+            let count = if applier { &APPLIER } else { &RECOVERY };
+            count.fetch_add(1, Ordering::Relaxed);
+            kv::write_ops(t, &r.ops)
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let copy = tempfile::tempdir().unwrap();
+        let put = |k: &str| (k.as_bytes().to_vec(), Some(b"v".to_vec()));
+        {
+            let kv = open(dir.path());
+            let wal = Wal::recover(dir.path(), kv.clone(), counting).unwrap();
+            // With the applier held, the three batches are only in the
+            // log when the files are copied: recovery replays them.
+            let held = wal.pause_applier().unwrap();
+            for k in ["a", "b", "c"] {
+                apply(&wal, vec![put(k)]);
+            }
+            wal.flush_durable().unwrap();
+            for f in [kv::DATA_FILE, "wal"] {
+                std::fs::copy(dir.path().join(f), copy.path().join(f)).unwrap();
+            }
+            drop(held);
+            wal.wait_applied().unwrap();
+        }
+        assert_eq!(RECOVERY.load(Ordering::Relaxed), 0);
+        let applied = APPLIER.load(Ordering::Relaxed);
+        assert!(applied >= 1, "the applier wrote the batches");
+        let kv = open(copy.path());
+        let wal = Wal::recover(copy.path(), kv.clone(), counting).unwrap();
+        assert_eq!(RECOVERY.load(Ordering::Relaxed), 3);
+        assert_eq!(kv.get(b"c").unwrap(), Some(b"v".to_vec()));
+        apply(&wal, vec![put("d")]);
+        wal.flush().unwrap();
+        wal.wait_applied().unwrap();
+        assert_eq!(APPLIER.load(Ordering::Relaxed), applied + 1);
+        assert_eq!(kv.get(b"d").unwrap(), Some(b"v".to_vec()));
+        assert_eq!(WRONG.load(Ordering::Relaxed), 0);
     }
 
     /// Checkpoints restart the log in place: the file stops growing, and
@@ -1541,7 +1604,7 @@ mod tests {
     }
 
     /// Applies like `replay`, but fails a batch that writes key `b`.
-    fn failing_at_b(t: &mut WriteTable<'_>, r: &Record, _: &mut Replaced) -> Result<()> {
+    fn failing_at_b(t: &mut WriteTable<'_>, r: &Record, _: &mut Replaced, _: bool) -> Result<()> {
         kv::write_ops(t, &r.ops)?;
         if r.ops.iter().any(|(k, _)| k == b"b") {
             return Err(Error::Corrupt("injected".into()));
