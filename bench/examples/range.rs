@@ -1,11 +1,13 @@
-//! Short range scans through the embedded API, timed (the case the
-//! embedded workload of `compare` measures against SQLite, for profiling
-//! it alone): a table of N rows (default 10 000), then for SECONDS
-//! (default 3) a prepared `SELECT id, v FROM kv WHERE id >= $1 AND id <
-//! $2` over 10 consecutive keys from a fixed pseudo-random sequence.
+//! Short range scans or point selects through the embedded API, timed
+//! (cases the embedded workload of `compare` measures against SQLite, for
+//! profiling them alone): a table of N rows (default 10 000), then for
+//! SECONDS (default 3) either a prepared `SELECT id, v FROM kv WHERE id >=
+//! $1 AND id < $2` over 10 consecutive keys (MODE `range`, the default) or
+//! `compare`'s point select `SELECT v, s FROM kv WHERE id = $1` (MODE
+//! `point`), the keys from a fixed pseudo-random sequence.
 //!
 //! ```text
-//! cargo build --release -p spindle-bench --example range && target/release/examples/range [N] [SECONDS]
+//! cargo build --release -p spindle-bench --example range && target/release/examples/range [N] [SECONDS] [range|point]
 //! ```
 
 use std::error::Error;
@@ -23,6 +25,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     let seconds: f64 = match std::env::args().nth(2) {
         Some(s) => s.parse()?,
         None => 3.0,
+    };
+    let point = match std::env::args().nth(3).as_deref() {
+        None | Some("range") => false,
+        Some("point") => true,
+        Some(other) => return Err(format!("mode {other:?}: expected range or point").into()),
     };
     let dir = tempfile::tempdir()?;
     let db = Database::open(dir.path().join("spindle"))?;
@@ -44,7 +51,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         )?;
     }
     se.execute("COMMIT", &[])?;
-    let scan = se.prepare("SELECT id, v FROM kv WHERE id >= $1 AND id < $2")?;
+    let scan = if point {
+        se.prepare("SELECT v, s FROM kv WHERE id = $1")?
+    } else {
+        se.prepare("SELECT id, v FROM kv WHERE id >= $1 AND id < $2")?
+    };
+    let (want, what) = if point {
+        (1, "point selects")
+    } else {
+        (RANGE as usize, "range scans")
+    };
     // A fixed xorshift sequence of start keys.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
@@ -57,15 +73,19 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut ops = 0u64;
     while t.elapsed() < Duration::from_secs_f64(seconds) {
         let k = next();
-        let rows = se.query_prepared(&scan, &[Value::Int64(k), Value::Int64(k + RANGE)])?;
-        if rows.num_rows() != RANGE as usize {
-            return Err(format!("range {k}: {} rows", rows.num_rows()).into());
+        let rows = if point {
+            se.query_prepared(&scan, &[Value::Int64(k)])?
+        } else {
+            se.query_prepared(&scan, &[Value::Int64(k), Value::Int64(k + RANGE)])?
+        };
+        if rows.num_rows() != want {
+            return Err(format!("{what} at {k}: {} rows", rows.num_rows()).into());
         }
         ops += 1;
     }
     let secs = t.elapsed().as_secs_f64();
     println!(
-        "{ops} range scans in {secs:.2} s: {:.0} ops/s, {:.2} µs each",
+        "{ops} {what} in {secs:.2} s: {:.0} ops/s, {:.2} µs each",
         ops as f64 / secs,
         secs * 1e6 / ops as f64
     );
