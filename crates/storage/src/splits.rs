@@ -22,7 +22,8 @@
 //! row tree containing it, and every cut goes through it.
 //!
 //! Split starts are persisted under one metadata key, so the layout
-//! survives restart; statistics are kept in memory and rebuilt on demand.
+//! survives restart; statistics are kept in memory, and the transaction
+//! layer recounts every split in the background when a database opens.
 
 use std::time::{Duration, Instant};
 

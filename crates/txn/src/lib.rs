@@ -409,6 +409,9 @@ impl TxnManager {
                 splits.note_replaced(replaced);
             }
         }));
+        // The counters start at zero after a restart: recount what is
+        // there, in the background.
+        splits.recount_all();
         let s = splits.clone();
         let maintainer = std::thread::Builder::new()
             .name("spindle-splits".into())

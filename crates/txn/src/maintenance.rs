@@ -90,8 +90,8 @@ const REPLACED_PENDING_MAX: usize = 65_536;
 
 #[derive(Default)]
 struct Queue {
-    /// Splits due for a recount, by id; `true`: for sustained write load.
-    due: BTreeMap<u64, bool>,
+    /// Splits due for a recount, by id.
+    due: BTreeMap<u64, Due>,
     /// A round is running.
     busy: bool,
     stop: bool,
@@ -106,12 +106,27 @@ fn take_replaced(map: &mut SplitMap, key: &[u8], bytes: u64) {
     }
 }
 
+/// Why a split is queued for a recount.
+#[derive(Clone, Copy)]
+struct Due {
+    /// For sustained write load (cut even below the size threshold).
+    load: bool,
+    /// The recount of every split at open ([`Splits::recount_all`]). It
+    /// merges nothing (the halves of a cut for load are small, and what
+    /// kept them apart, their load and the time of the cut, is not known
+    /// after a restart), and it does not count as a recent scan that
+    /// holds back a recount for load (`LOAD_RECOUNT_INTERVAL`).
+    at_open: bool,
+}
+
 /// A split due for a recount.
 #[derive(Clone, Copy)]
 struct Recount {
     id: u64,
     /// For sustained write load (cut even below the size threshold).
     load: bool,
+    /// See [`Due::at_open`].
+    at_open: bool,
     /// A recount after one whose scan missed concurrent writes: not
     /// repeated for that reason again.
     again: bool,
@@ -268,7 +283,35 @@ impl Splits {
         }
         if let Some(mut q) = self.queue() {
             for (id, load) in due {
-                *q.due.entry(id).or_default() |= load;
+                let d = q.due.entry(id).or_insert(Due {
+                    load,
+                    at_open: false,
+                });
+                d.load |= load;
+                d.at_open = false;
+            }
+            self.changed.notify_all();
+        }
+    }
+
+    /// Queues every split for a recount (at open: the counters are kept in
+    /// memory only, so a reopened database's splits start at zero, and a
+    /// split's size would be known again only after enough new writes to
+    /// pass the threshold). The maintenance thread scans them in the
+    /// background; [`Splits::wait_idle`] (and so `split_stats`) waits for
+    /// the scans. A split past the threshold is cut as after any recount;
+    /// none is merged ([`Due::at_open`]).
+    pub(crate) fn recount_all(&self) {
+        let ids: Vec<u64> = match self.map.lock() {
+            Ok(map) => map.splits().iter().map(|s| s.id).collect(),
+            Err(_) => return,
+        };
+        if let Some(mut q) = self.queue() {
+            for id in ids {
+                q.due.entry(id).or_insert(Due {
+                    load: false,
+                    at_open: true,
+                });
             }
             self.changed.notify_all();
         }
@@ -352,7 +395,7 @@ impl Splits {
     /// (or under sustained load) at a row-tree boundary near their middle
     /// — again while a half is still past it — and merges small
     /// neighbours; persists the map if it changed.
-    fn maintain(&self, due: BTreeMap<u64, bool>) {
+    fn maintain(&self, due: BTreeMap<u64, Due>) {
         let catalog = match self.catalog.read() {
             Ok(c) => c.1.clone(),
             Err(_) => return,
@@ -361,9 +404,10 @@ impl Splits {
         let mut work: Vec<Recount> = due
             .into_iter()
             .rev()
-            .map(|(id, load)| Recount {
+            .map(|(id, d)| Recount {
                 id,
-                load,
+                load: d.load,
+                at_open: d.at_open,
                 again: false,
             })
             .collect();
@@ -393,7 +437,12 @@ impl Splits {
     /// (their counters would miss those writes: recounted once more).
     /// Whether the map changed.
     fn recount(&self, r: Recount, b: &CatalogBoundaries<'_>, work: &mut Vec<Recount>) -> bool {
-        let Recount { id, load, again } = r;
+        let Recount {
+            id,
+            load,
+            at_open,
+            again,
+        } = r;
         let threshold = self.threshold.load(Ordering::Relaxed);
         let (start, end, before) = {
             let Ok(map) = self.map.lock() else {
@@ -450,7 +499,19 @@ impl Splits {
             s.rows = rows + s.rows.saturating_sub(before.1);
             s.dirty_deletes = s.dirty_deletes.saturating_sub(before.2);
             s.oversized = false;
-            s.recounted = Some((std::time::Instant::now(), total));
+            let now = std::time::Instant::now();
+            // At open, the size is known from now on, but no load recount
+            // is held back by this scan: dated one interval ago (or, on a
+            // clock too young for that, now).
+            let at = if at_open {
+                s.recounted.map_or_else(
+                    || now.checked_sub(LOAD_RECOUNT_INTERVAL).unwrap_or(now),
+                    |(at, _)| at,
+                )
+            } else {
+                now
+            };
+            s.recounted = Some((at, total));
         }
         // Under load (and not too big), the cut falls where the sampled
         // commits divide; without such a key, no cut for load.
@@ -512,6 +573,7 @@ impl Splits {
                             work.push(Recount {
                                 id: new_id,
                                 load: false,
+                                at_open,
                                 again,
                             });
                         }
@@ -519,6 +581,7 @@ impl Splits {
                             work.push(Recount {
                                 id,
                                 load: false,
+                                at_open,
                                 again,
                             });
                         }
@@ -531,7 +594,11 @@ impl Splits {
                     false
                 }
             }
-        } else if total < threshold / 4 && idx + 1 < map.len() && self.may_merge(&mut map, idx) {
+        } else if !at_open
+            && total < threshold / 4
+            && idx + 1 < map.len()
+            && self.may_merge(&mut map, idx)
+        {
             // The neighbour is scanned without the map's lock (every commit
             // groups its writes under it, and the neighbour may be large);
             // the merge is made only if neither split moved meanwhile.
