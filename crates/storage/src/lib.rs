@@ -690,7 +690,7 @@ fn write_batch(
             continue;
         };
         let (old_ts, old_payload) = decode_head(&old)?;
-        if let (Some(old_row), Some(_), true) = (old_payload, value, old_ts < ts) {
+        if let (Some(old_row), true) = (old_payload, old_ts < ts) {
             replaced.push((i, (key.len() + old_row.len()) as u64));
         }
         if old_ts < ts {
@@ -1655,10 +1655,10 @@ mod tests {
     }
 
     /// The observer of replaced rows hears, once each batch is applied,
-    /// of every version that replaced a live row — its key and the
-    /// replaced row's live bytes — and of nothing else (a new key, a
-    /// tombstone, a put over a tombstone), on disk (the log's applier)
-    /// and in memory alike.
+    /// of every version that replaced a live row — a newer row or a
+    /// tombstone: its key and the replaced row's live bytes — and of
+    /// nothing else (a new key, a put over a tombstone, a tombstone over a
+    /// tombstone), on disk (the log's applier) and in memory alike.
     #[test]
     fn the_replaced_observer_hears_of_each_replaced_live_row() {
         type Heard = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, u64)>>>;
@@ -1673,10 +1673,15 @@ mod tests {
             s.commit(2, &[put("a", "12345678"), (k("b"), None)])
                 .unwrap();
             s.commit(3, &[put("b", "123"), put("a", "1")]).unwrap();
+            s.commit(4, &[(k("c"), None)]).unwrap();
+            s.commit(5, &[(k("b"), None)]).unwrap();
+            s.commit(6, &[(k("b"), None)]).unwrap();
             s.wait_applied().unwrap();
             let want = vec![
                 (k("a"), (k("a").len() + 4) as u64),
+                (k("b"), (k("b").len() + 2) as u64),
                 (k("a"), (k("a").len() + 8) as u64),
+                (k("b"), (k("b").len() + 3) as u64),
             ];
             assert_eq!(*heard.lock().unwrap(), want);
         };

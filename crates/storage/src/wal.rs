@@ -199,9 +199,10 @@ pub(crate) type Replaced = Vec<(usize, u64)>;
 
 /// Told, after each group of batches is in the data file (and before a
 /// wait for its apply returns), the logical key and replaced live bytes
-/// of every version that replaced a live row (the split statistics take
-/// them off: a commit counts every put as new bytes, because it does not
-/// know what it replaces). It runs on the applier thread and must not
+/// of every version (a row or a tombstone) that replaced a live row (the
+/// split statistics take them off: a commit counts every put as new
+/// bytes, and a delete as nothing, because it does not know what it
+/// replaces). It runs on the applier thread and must not
 /// block.
 pub type ReplacedObserver = Arc<dyn Fn(&mut dyn Iterator<Item = (&[u8], u64)>) + Send + Sync>;
 

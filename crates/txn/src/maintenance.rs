@@ -265,14 +265,21 @@ impl Splits {
                 // TPC-B was scanned every ~2 s).
                 let big = s.bytes > threshold
                     && s.recounted.is_none_or(|(_, was)| s.bytes >= was + was / 4);
-                // Sizes only grow between recounts; deletes make them stale,
-                // so recount once a good share of the split may be gone:
-                // half of a small split, an eighth of a large one (not every
-                // 1 024 deletes in a large one: that was a scan of ~60 000
-                // entries every ~40 row-tree deletes of the benchmark).
+                // A deleted row comes off the counts once applied
+                // (`note_replaced`), so deletes need no recount to keep the
+                // sizes right; a recount is what merges a split, so one is
+                // queued when deletes took the split below the merge size
+                // (a quarter of the threshold) since its last recount, or
+                // took away as many rows as it has left (the counts are
+                // estimates). Before, an eighth of a large split's rows
+                // deleted queued a scan of all of it: under the benchmark's
+                // row-tree deletes, a third of the server's CPU went to the
+                // maintenance thread's scans of its 1 M-row split.
                 let (deletes, rows) = (s.dirty_deletes, s.rows);
+                let small = threshold / 4;
                 let shrunk = deletes > 0
-                    && (deletes * 2 >= rows || (deletes >= 1024 && deletes * 8 >= rows));
+                    && (deletes >= rows
+                        || (s.bytes < small && s.recounted.is_none_or(|(_, was)| was >= small)));
                 if big || load || shrunk {
                     due.push((s.id, load));
                 }
@@ -319,10 +326,11 @@ impl Splits {
 
     /// Takes rows that later versions replaced off their splits' counts
     /// (told by the store after they are applied, [`ReplacedObserver`]):
-    /// `note_commit` counted every put as a new row of its size, so a
-    /// split whose rows are updated, not grown, would otherwise look as
-    /// if it grew by every update (a recount scan each time the counter
-    /// passed the threshold by another quarter). Runs on the log's
+    /// `note_commit` counted every put as a new row of its size and every
+    /// delete as nothing, so a split whose rows are updated, not grown,
+    /// would otherwise look as if it grew by every update (a recount scan
+    /// each time the counter passed the threshold by another quarter),
+    /// and one whose rows are deleted as if it kept them. Runs on the log's
     /// applier thread, so it never waits for the map (a commit may hold
     /// it while it waits for that thread): a group it cannot count at
     /// once is kept for the next commit to count.
