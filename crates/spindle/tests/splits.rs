@@ -345,7 +345,10 @@ fn deletes_are_counted_without_rescanning_the_split() {
     for i in 0..100i64 {
         db.execute(
             "DELETE FROM d WHERE k > $1 AND k <= $2",
-            &[spindle::Value::Int64(i * 50), spindle::Value::Int64(i * 50 + 50)],
+            &[
+                spindle::Value::Int64(i * 50),
+                spindle::Value::Int64(i * 50 + 50),
+            ],
         )
         .unwrap();
     }
