@@ -286,18 +286,26 @@ struct Output {
     pos: u64,
 }
 
-/// Zero-fills `file` from `allocated` up to `target` in pieces of `step`
-/// bytes, syncing each (size included) and then storing the new allocated
-/// size. The caller holds `Shared::growing`.
-fn grow(file: &File, allocated: &AtomicU64, target: u64, step: u64) -> Result<()> {
+/// Zero-fills `file` from `allocated` up to `target`, syncing (size
+/// included) after every `sync_every` bytes and at the end, and storing
+/// the allocated size after each sync. The grower syncs in [`GROW_STEP`]
+/// pieces; a flush that grows the file itself syncs once, however large
+/// its record (a million-row commit's record is tens of megabytes). The
+/// caller holds `Shared::growing`.
+fn grow(file: &File, allocated: &AtomicU64, target: u64, sync_every: u64) -> Result<()> {
     let mut at = allocated.load(Ordering::Acquire);
-    let zeros = vec![0u8; step.min(target.saturating_sub(at)) as usize];
+    let zeros = vec![0u8; GROW_STEP.min(target.saturating_sub(at)) as usize];
+    let mut unsynced = 0;
     while at < target {
         let n = (target - at).min(zeros.len() as u64) as usize;
         file.write_all_at(&zeros[..n], at)?;
-        file.sync_all()?;
         at += n as u64;
-        allocated.store(at, Ordering::Release);
+        unsynced += n as u64;
+        if unsynced >= sync_every || at >= target {
+            file.sync_all()?;
+            allocated.store(at, Ordering::Release);
+            unsynced = 0;
+        }
     }
     Ok(())
 }
@@ -443,12 +451,7 @@ impl Shared {
                     // left): wait for its piece, then grow here.
                     let _growing = lock(&self.growing)?;
                     if end > self.allocated.load(Ordering::Acquire) {
-                        grow(
-                            &out.file,
-                            &self.allocated,
-                            allocation_for(end),
-                            ALLOCATE_BYTES,
-                        )?;
+                        grow(&out.file, &self.allocated, allocation_for(end), u64::MAX)?;
                         self.grown_inline.fetch_add(1, Ordering::AcqRel);
                     }
                 }
@@ -962,7 +965,7 @@ impl Wal {
         // restarts at offset 0 over them.
         let allocated = AtomicU64::new(bytes.len() as u64);
         if bytes.len() < ALLOCATE_BYTES as usize {
-            grow(&file, &allocated, ALLOCATE_BYTES, ALLOCATE_BYTES)?;
+            grow(&file, &allocated, ALLOCATE_BYTES, u64::MAX)?;
         }
         let grower_file = file.try_clone()?;
         let output = Output { file, pos: 0 };
