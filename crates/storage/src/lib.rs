@@ -12,7 +12,7 @@
 //! reads a published commit before the applier is done: a point read
 //! ([`Store::get_at`]) takes the newer of the data file's version and the
 //! log's index of unapplied versions; a scan ([`Store::scan_at`]) waits
-//! for the apply.
+//! for the apply of the unapplied batches that write inside its range.
 //!
 //! ## Physical layout
 //!
@@ -461,12 +461,16 @@ impl Store {
     }
 
     /// [`Store::scan`] for a snapshot that needs every batch up to log
-    /// position `lsn` (its [`Store::readable_lsn`]): waits until the data
-    /// file holds them first (a scan reads the data file only).
+    /// position `lsn` (its [`Store::readable_lsn`]): a scan reads the data
+    /// file only, so it first waits until the data file holds every one of
+    /// them that writes inside `[start, end)` (none is the usual case: a
+    /// scan of other rows than the last commits wrote does not wait).
     pub fn scan_at(&self, start: &[u8], end: Option<&[u8]>, ts: Timestamp, lsn: u64) -> ScanIter {
         if let Some(wal) = &self.durable {
-            // Before the scan's snapshot is taken.
-            if let Err(e) = wal.wait_applied_to(lsn) {
+            // Before the scan's snapshot is taken; only for unapplied
+            // batches that write inside the range.
+            let until = end.unwrap_or(META_PREFIX);
+            if let Err(e) = wal.wait_applied_in(start, until, lsn) {
                 return ScanIter {
                     snapshot: None,
                     end: Vec::new(),
@@ -1548,8 +1552,9 @@ mod tests {
     /// A point read of a snapshot (`get_at`) reads a published commit's
     /// versions while its batch is still out of the data file (the applier
     /// held) — rows, tombstones, and older versions by timestamp — and a
-    /// scan (`scan_at`) waits for the apply. A batch too large to index
-    /// makes point reads wait too.
+    /// scan (`scan_at`) waits for the apply if the batch writes inside its
+    /// range, and only then. A batch too large to index makes point reads
+    /// of keys in its span wait too, and scans of ranges that meet it.
     #[test]
     fn point_reads_see_unapplied_batches_and_scans_wait_for_them() {
         let dir = tempfile::tempdir().unwrap();
@@ -1574,42 +1579,119 @@ mod tests {
         assert_eq!(at("c", 7), Some(b"c7".to_vec()));
         assert_eq!(at("c", 6), None);
         assert_eq!(at("d", 7), None);
+        // A scan of a range the unapplied batch writes nothing in (its
+        // keys are a, b and c) reads the data file at once.
+        let scan = |start: &str, end: Option<&str>, ts| {
+            let end = end.map(k);
+            s.scan_at(&k(start), end.as_deref(), ts, lsn)
+                .map(|r| r.unwrap().0)
+                .collect::<Vec<_>>()
+        };
+        // (On threads: a scan that waits with the applier held would
+        // never return.)
         std::thread::scope(|scope| {
-            let scanner = scope.spawn(|| {
-                s.scan_at(&[0x20], None, 7, lsn)
-                    .map(|r| r.unwrap().0)
-                    .collect::<Vec<_>>()
+            let quick = scope.spawn(|| {
+                [
+                    scan("a0", Some("b"), 7),
+                    scan("c0", None, 7),
+                    scan("b", Some("b"), 7),
+                ]
             });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !quick.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let quick_blocked = !quick.is_finished();
+            // A range holding one of its keys waits for the apply.
+            let scanner = scope.spawn(|| scan("b", Some("b0"), 7));
             std::thread::sleep(std::time::Duration::from_millis(100));
-            assert!(!scanner.is_finished(), "a scan read before the apply");
+            let blocked = !scanner.is_finished();
             drop(pause);
-            assert_eq!(scanner.join().unwrap(), vec![k("a"), k("c")]);
+            assert!(!quick_blocked, "scans of other ranges waited for the apply");
+            assert_eq!(quick.join().unwrap(), [(); 3].map(|_| Vec::<Vec<u8>>::new()));
+            assert!(blocked, "a scan read before the apply");
+            assert_eq!(scanner.join().unwrap(), Vec::<Vec<u8>>::new());
         });
+        assert_eq!(scan("0", None, 7), vec![k("a"), k("c")]);
         // Applied: the index is empty, the data file answers.
         assert_eq!(s.get_at(&k("a"), 7, lsn).unwrap(), Some(b"a7".to_vec()));
 
+        // The range's ends: its start is in it, its end is not. Each case
+        // an unapplied commit of key "e" at a new timestamp.
+        // (Bounds inside a version suffix, `e 00`, are not logical keys;
+        // the scan's bounds are physical, and so is the wait's test.)
+        for (ts, start, end, waits, rows) in [
+            (11, "e", Some("e0"), true, 1),
+            (12, "d", Some("e"), false, 0),
+            (13, "d", Some("e\0"), false, 0),
+            (14, "e\0", None, true, 1),
+            (15, "d", None, true, 1),
+            (16, "e0", None, false, 0),
+            (17, "e0", Some("d"), false, 0),
+        ] {
+            let pause = s.pause_applier().unwrap().unwrap();
+            let mut b = Batch::default();
+            b.versions(ts, &[put("e", "e")]);
+            b.set_last_commit_ts(ts);
+            s.apply_unsynced(b).unwrap();
+            s.flush_durable().unwrap();
+            s.publish(ts);
+            let lsn = s.readable_lsn();
+            std::thread::scope(|scope| {
+                let scanner = scope.spawn(|| {
+                    let end = end.map(k);
+                    s.scan_at(&k(start), end.as_deref(), ts, lsn).count()
+                });
+                // A scan that waits is given 100 ms to show it; one that
+                // does not, up to 5 s to finish.
+                let limit = std::time::Duration::from_millis(if waits { 100 } else { 5000 });
+                let deadline = std::time::Instant::now() + limit;
+                while !scanner.is_finished() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                let blocked = !scanner.is_finished();
+                drop(pause);
+                assert_eq!(blocked, waits, "scan of [{start}, {end:?}) after a commit of e");
+                assert_eq!(scanner.join().unwrap(), rows, "[{start}, {end:?}) at {ts}");
+            });
+        }
+
         // A batch of more versions than are indexed: point reads of keys
-        // in its key span wait; others do not.
+        // in its key span wait, and scans of ranges that meet the span;
+        // others do not. (The last commit of "e" may still be unapplied:
+        // applied first, or the scan of [a, m) below would wait for it.)
+        s.wait_applied().unwrap();
         let pause = s.pause_applier().unwrap().unwrap();
         let many: Vec<Write> = (0..=wal::INDEX_VERSIONS)
             .map(|i| put(&format!("m{i:05}"), "m"))
             .collect();
         let mut b = Batch::default();
-        b.versions(9, &many);
+        b.versions(29, &many);
         s.apply_unsynced(b).unwrap();
         s.flush_durable().unwrap();
-        s.publish(9);
+        s.publish(29);
         let lsn = s.readable_lsn();
-        assert_eq!(s.get_at(&k("a"), 9, lsn).unwrap(), Some(b"a7".to_vec()));
-        assert_eq!(s.get_at(&k("z"), 9, lsn).unwrap(), None);
+        assert_eq!(s.get_at(&k("a"), 29, lsn).unwrap(), Some(b"a7".to_vec()));
+        assert_eq!(s.get_at(&k("z"), 29, lsn).unwrap(), None);
+        let scan = |start: &str, end: &str| {
+            s.scan_at(&k(start), Some(&k(end)), 29, lsn)
+                .map(|r| r.unwrap().0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(scan("a", "m"), vec![k("a"), k("c"), k("e")]);
+        assert_eq!(scan("m99", "z"), Vec::<Vec<u8>>::new());
         std::thread::scope(|scope| {
-            let reader = scope.spawn(|| s.get_at(&k("m00007x"), 9, lsn).unwrap());
+            let reader = scope.spawn(|| s.get_at(&k("m00007x"), 29, lsn).unwrap());
+            // Inside the span, though the batch has no key in the range.
+            let scanner = scope.spawn(|| scan("m00007x", "m00008"));
             std::thread::sleep(std::time::Duration::from_millis(100));
             assert!(!reader.is_finished(), "read past an unindexed batch");
+            assert!(!scanner.is_finished(), "scan past an unindexed batch");
             drop(pause);
             assert_eq!(reader.join().unwrap(), None);
+            assert_eq!(scanner.join().unwrap(), Vec::<Vec<u8>>::new());
         });
-        assert_eq!(s.get_at(&k("m00007"), 9, lsn).unwrap(), Some(b"m".to_vec()));
+        assert_eq!(s.get_at(&k("m00007"), 29, lsn).unwrap(), Some(b"m".to_vec()));
     }
 
     /// A snapshot waits only for the batches of published commits: a

@@ -55,8 +55,10 @@
 //! load's B-tree update outlasts the log write, and the commit is
 //! acknowledged once durable. Point reads do not wait for the apply: the
 //! versions of every batch not yet applied are indexed by key
-//! ([`Wal::newest_unapplied`], through `Store::get_at`); scans wait for it
-//! ([`Wal::wait_applied_to`], through `Store::scan_at`). A flush that finds
+//! ([`Wal::newest_unapplied`], through `Store::get_at`); a scan waits for
+//! the apply when an unapplied batch it must see writes inside its key
+//! range, and only then ([`Wal::wait_applied_in`], through
+//! `Store::scan_at`). A flush that finds
 //! another committer's sync in progress waits for it (the waiters are
 //! woken together when it ends), then, unless it covered them, one of
 //! them syncs what is still pending (group commit: one sync covers every
@@ -231,9 +233,11 @@ pub(crate) struct Record {
 }
 
 /// The versions of batches submitted but not yet in the data file, by
-/// logical key, for point reads ([`Wal::newest_unapplied`]): a snapshot
-/// may read a published commit's rows before the applier has written
-/// them, instead of waiting for it. A batch is indexed when it is
+/// logical key, in key order, for point reads ([`Wal::newest_unapplied`]):
+/// a snapshot may read a published commit's rows before the applier has
+/// written them, instead of waiting for it; and for scans
+/// ([`Wal::wait_applied_in`]): a scan waits for the apply only when an
+/// unapplied batch it must see writes inside its range. A batch is indexed when it is
 /// submitted (before it is queued, so before it can be applied) and its
 /// entries leave once its group is committed to the data file (after the
 /// data file's generation moved: a reader that looks here and then takes
@@ -241,7 +245,7 @@ pub(crate) struct Record {
 #[derive(Default)]
 struct Unapplied {
     /// Logical key → its unapplied versions, in LSN order.
-    versions: std::collections::HashMap<Vec<u8>, Vec<UnappliedVersion>>,
+    versions: std::collections::BTreeMap<Vec<u8>, Vec<UnappliedVersion>>,
     /// Each unapplied batch too large to index (more than
     /// [`INDEX_VERSIONS`] versions): its LSN and the smallest and largest
     /// logical key it writes. A point read of a key inside a span waits
@@ -1202,6 +1206,55 @@ impl Wal {
         }
         self.wait_applied_to(lsn)?;
         Ok(None)
+    }
+
+    /// For a scan of logical keys in `[start, end)` by a snapshot that
+    /// needs every batch up to `lsn`: returns once the data file holds
+    /// every such batch that writes inside the range — at once when none
+    /// of the unapplied ones does (a snapshot taken after this call then
+    /// has all the range's versions the scan may see: a batch leaves the
+    /// index only once the data file holds it), else after
+    /// [`Wal::wait_applied_to`]. A batch too large to index counts as
+    /// writing its whole key span. So a statement that scans one row tree
+    /// right after the commit of another (a cascading delete after a
+    /// delete) does not wait for that commit's B-tree apply.
+    pub(crate) fn wait_applied_in(&self, start: &[u8], end: &[u8], lsn: u64) -> Result<()> {
+        let s = &self.shared;
+        if s.applied_lsn.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
+        // The physical keys of logical key `k` (its versions) run from
+        // `k 00 00…00` to `k 00 FF…FF` (see the crate docs); a range meets
+        // them if it starts at or below the last and ends above the first.
+        // (The scan's bounds are physical: a bound inside a key's version
+        // suffix is not a logical key, but is handled all the same.)
+        let reaches_start =
+            |k: &[u8]| k.iter().chain(&[0u8]).chain(&[0xFFu8; 8]).cmp(start.iter()).is_ge();
+        let before_end = |k: &[u8]| k.iter().chain(&[0u8; 9]).cmp(end.iter()).is_lt();
+        let clear = {
+            let u = lock(&s.unapplied)?;
+            let spans_clear = !u
+                .spans
+                .iter()
+                .any(|(l, lo, hi)| *l <= lsn && reaches_start(hi) && before_end(lo));
+            // Every logical key that can meet the range is at or above the
+            // start without its last nine bytes (a version suffix).
+            let from = &start[..start.len().saturating_sub(1 + 8)];
+            let meet_indexed = u
+                .versions
+                .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+                .take_while(|(k, _)| k.as_slice() < end)
+                .any(|(k, list)| {
+                    reaches_start(k) && before_end(k) && list.iter().any(|(l, _, _)| *l <= lsn)
+                });
+            start >= end || spans_clear && !meet_indexed
+        };
+        if clear {
+            // A stopped log applies nothing more: what it holds is not
+            // readable (as for a wait), wherever it writes.
+            return s.check();
+        }
+        self.wait_applied_to(lsn)
     }
 
     /// Whether every batch up to `lsn` is in the data file.

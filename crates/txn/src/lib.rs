@@ -38,9 +38,10 @@
 //! then reads the data file and the log's unapplied batches
 //! (`Store::get_at`: no wait, unless the key is in the key span of a
 //! bulk batch too large to index, on its way), and a scan waits until
-//! the data file holds them all
-//! (`Store::scan_at`: an atomic load when the apply is done, the usual
-//! case). This is Spanner's safe time: a read at a timestamp waits until
+//! the data file holds those that write inside its key range
+//! (`Store::scan_at`: an atomic load when the apply is done, a look at
+//! the log's ordered index of unapplied versions when not; a scan of
+//! other rows than the unapplied batches write does not wait). This is Spanner's safe time: a read at a timestamp waits until
 //! the replica has applied everything up to it. (Snapshots used to wait
 //! when taken: in TPC-B at 8 clients that wait was a third of the
 //! server's `futex` calls.)
