@@ -1608,7 +1608,10 @@ mod tests {
             let blocked = !scanner.is_finished();
             drop(pause);
             assert!(!quick_blocked, "scans of other ranges waited for the apply");
-            assert_eq!(quick.join().unwrap(), [(); 3].map(|_| Vec::<Vec<u8>>::new()));
+            assert_eq!(
+                quick.join().unwrap(),
+                [(); 3].map(|_| Vec::<Vec<u8>>::new())
+            );
             assert!(blocked, "a scan read before the apply");
             assert_eq!(scanner.join().unwrap(), Vec::<Vec<u8>>::new());
         });
@@ -1651,7 +1654,10 @@ mod tests {
                 }
                 let blocked = !scanner.is_finished();
                 drop(pause);
-                assert_eq!(blocked, waits, "scan of [{start}, {end:?}) after a commit of e");
+                assert_eq!(
+                    blocked, waits,
+                    "scan of [{start}, {end:?}) after a commit of e"
+                );
                 assert_eq!(scanner.join().unwrap(), rows, "[{start}, {end:?}) at {ts}");
             });
         }
@@ -1691,7 +1697,10 @@ mod tests {
             assert_eq!(reader.join().unwrap(), None);
             assert_eq!(scanner.join().unwrap(), Vec::<Vec<u8>>::new());
         });
-        assert_eq!(s.get_at(&k("m00007"), 29, lsn).unwrap(), Some(b"m".to_vec()));
+        assert_eq!(
+            s.get_at(&k("m00007"), 29, lsn).unwrap(),
+            Some(b"m".to_vec())
+        );
     }
 
     /// A snapshot waits only for the batches of published commits: a

@@ -1228,8 +1228,13 @@ impl Wal {
         // them if it starts at or below the last and ends above the first.
         // (The scan's bounds are physical: a bound inside a key's version
         // suffix is not a logical key, but is handled all the same.)
-        let reaches_start =
-            |k: &[u8]| k.iter().chain(&[0u8]).chain(&[0xFFu8; 8]).cmp(start.iter()).is_ge();
+        let reaches_start = |k: &[u8]| {
+            k.iter()
+                .chain(&[0u8])
+                .chain(&[0xFFu8; 8])
+                .cmp(start.iter())
+                .is_ge()
+        };
         let before_end = |k: &[u8]| k.iter().chain(&[0u8; 9]).cmp(end.iter()).is_lt();
         let clear = {
             let u = lock(&s.unapplied)?;
