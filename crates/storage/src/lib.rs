@@ -1631,6 +1631,11 @@ mod tests {
             (15, "d", None, true, 1),
             (16, "e0", None, false, 0),
             (17, "e0", Some("d"), false, 0),
+            // Deeper inside e's versions than a version key: e's versions
+            // from `e 00 00…` up are still at or above this start.
+            (18, "e\0\0\0\0\0\0\0\0\0\0\0", None, true, 1),
+            (19, "e\0\x01", None, true, 1),
+            (20, "e\x01\0\0\0\0\0\0\0\0\0\0", None, false, 0),
         ] {
             let pause = s.pause_applier().unwrap().unwrap();
             let mut b = Batch::default();
@@ -1672,22 +1677,22 @@ mod tests {
             .map(|i| put(&format!("m{i:05}"), "m"))
             .collect();
         let mut b = Batch::default();
-        b.versions(29, &many);
+        b.versions(39, &many);
         s.apply_unsynced(b).unwrap();
         s.flush_durable().unwrap();
-        s.publish(29);
+        s.publish(39);
         let lsn = s.readable_lsn();
-        assert_eq!(s.get_at(&k("a"), 29, lsn).unwrap(), Some(b"a7".to_vec()));
-        assert_eq!(s.get_at(&k("z"), 29, lsn).unwrap(), None);
+        assert_eq!(s.get_at(&k("a"), 39, lsn).unwrap(), Some(b"a7".to_vec()));
+        assert_eq!(s.get_at(&k("z"), 39, lsn).unwrap(), None);
         let scan = |start: &str, end: &str| {
-            s.scan_at(&k(start), Some(&k(end)), 29, lsn)
+            s.scan_at(&k(start), Some(&k(end)), 39, lsn)
                 .map(|r| r.unwrap().0)
                 .collect::<Vec<_>>()
         };
         assert_eq!(scan("a", "m"), vec![k("a"), k("c"), k("e")]);
         assert_eq!(scan("m99", "z"), Vec::<Vec<u8>>::new());
         std::thread::scope(|scope| {
-            let reader = scope.spawn(|| s.get_at(&k("m00007x"), 29, lsn).unwrap());
+            let reader = scope.spawn(|| s.get_at(&k("m00007x"), 39, lsn).unwrap());
             // Inside the span, though the batch has no key in the range.
             let scanner = scope.spawn(|| scan("m00007x", "m00008"));
             std::thread::sleep(std::time::Duration::from_millis(100));
@@ -1698,7 +1703,7 @@ mod tests {
             assert_eq!(scanner.join().unwrap(), Vec::<Vec<u8>>::new());
         });
         assert_eq!(
-            s.get_at(&k("m00007"), 29, lsn).unwrap(),
+            s.get_at(&k("m00007"), 39, lsn).unwrap(),
             Some(b"m".to_vec())
         );
     }

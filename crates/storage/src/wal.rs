@@ -1242,16 +1242,28 @@ impl Wal {
                 .spans
                 .iter()
                 .any(|(l, lo, hi)| *l <= lsn && reaches_start(hi) && before_end(lo));
-            // Every logical key that can meet the range is at or above the
-            // start without its last nine bytes (a version suffix).
-            let from = &start[..start.len().saturating_sub(1 + 8)];
-            let meet_indexed = u
-                .versions
-                .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
-                .take_while(|(k, _)| k.as_slice() < end)
-                .any(|(k, list)| {
-                    reaches_start(k) && before_end(k) && list.iter().any(|(l, _, _)| *l <= lsn)
-                });
+            let meets = |k: &[u8], list: &[UnappliedVersion]| {
+                reaches_start(k) && before_end(k) && list.iter().any(|(l, _, _)| *l <= lsn)
+            };
+            // A logical key below the start meets the range only as a
+            // prefix of it followed by `00`: a key at or above the start
+            // without its last nine bytes (a version suffix), or, for a
+            // start deeper inside a key's versions, a shorter prefix
+            // looked up by itself. Keys past the end cannot meet it.
+            let from = start.len().saturating_sub(1 + 8);
+            let meet_prefix = (0..from).filter(|&i| start[i] == 0).any(|i| {
+                u.versions
+                    .get(&start[..i])
+                    .is_some_and(|l| meets(&start[..i], l))
+            });
+            let meet_indexed = meet_prefix
+                || u.versions
+                    .range::<[u8], _>((
+                        std::ops::Bound::Included(&start[..from]),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .take_while(|(k, _)| k.as_slice() < end)
+                    .any(|(k, list)| meets(k, list));
             start >= end || spans_clear && !meet_indexed
         };
         if clear {
