@@ -41,7 +41,9 @@
 //! batches queued when it looks share one write transaction: a two-phase
 //! commit's prepares and apply, or concurrent commits). A lone flush (no
 //! flush has overlapped another for [`LONE_AFTER`]: one client
-//! committing) wakes it at once; otherwise batches gather — up to
+//! //! committing) wakes it at once while scans have had to wait for applies
+//! lately ([`SCAN_WAITED_WITHIN`]: the client reads what it commits);
+//! otherwise batches gather — up to
 //! [`APPLY_BATCHES`] of them, or for [`APPLY_DELAY`] (10 ms) — so that one
 //! data-file transaction (its copy-on-write pages, checksums and commit)
 //! serves many commits; anyone who waits for the apply (a scan, a flush
@@ -170,10 +172,20 @@ const APPLY_BATCHES: usize = 256;
 const APPLY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
 /// A flush is *lone* when it runs alone and no flush has overlapped
 /// another for this long: one client committing, whose next statement may
-/// scan what it wrote. The applier writes a lone flush's batch at once,
-/// during the sync, so that scan does not wait; any other flush lets
-/// batches gather ([`APPLY_DELAY`]).
+/// scan what it wrote. While scans have had to wait for the apply lately
+/// ([`SCAN_WAITED_WITHIN`]) the applier writes a lone flush's batch at
+/// once, during the sync, so that such a scan does not wait; any other
+/// flush lets batches gather ([`APPLY_DELAY`]).
 const LONE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+/// A lone flush has the applier write its batch at once only if a scan
+/// waited for the apply ([`Wal::wait_applied_in`]) within this long. A
+/// client whose scans read other rows than it commits (a row-tree delete
+/// after a delete of another tree, TPC-B's point reads and writes) lets
+/// its batches gather, one data-file transaction for many commits
+/// instead of one each; the first scan that meets an unapplied batch
+/// wakes the applier, waits for that group alone, and turns the at-once
+/// writes back on for this long.
+const SCAN_WAITED_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most versions a batch may have to be indexed for point reads before it
 /// is applied ([`Unapplied`]); a larger one (a bulk load) makes readers
 /// wait for its apply instead.
@@ -348,7 +360,10 @@ struct Shared {
     /// When a flush last began while another was running: microseconds
     /// since `started`, plus one (0: never).
     overlapped_at: AtomicU64,
-    /// The clock of `overlapped_at`.
+    /// When a scan last had to wait for the apply ([`Wal::wait_applied_in`]):
+    /// microseconds since `started`, plus one (0: never).
+    scan_waited_at: AtomicU64,
+    /// The clock of `overlapped_at` and `scan_waited_at`.
     started: std::time::Instant,
     /// Set when someone needs the queued batches applied now (a reader
     /// waiting for them, a lone flush, a full queue): the applier stops
@@ -546,13 +561,29 @@ impl Shared {
         }
     }
 
+    /// Whether a scan waited for the apply within [`SCAN_WAITED_WITHIN`]
+    /// before `now` (microseconds since `started`).
+    fn scan_waited_before(&self, now: u64) -> bool {
+        match self.scan_waited_at.load(Ordering::Relaxed) {
+            0 => false,
+            at => now.saturating_sub(at - 1) < SCAN_WAITED_WITHIN.as_micros() as u64,
+        }
+    }
+
+    /// Notes that a scan is about to wait for the apply.
+    fn note_scan_wait(&self) {
+        self.scan_waited_at
+            .store(self.micros() + 1, Ordering::Relaxed);
+    }
+
     /// Whether `flush` should have the applier write the queued batches
-    /// now rather than let them gather: it is lone or waits for them, the
-    /// queue is full, or a batch too large to index is queued (readers
-    /// wait for it).
+    /// now rather than let them gather: it waits for them, it is lone
+    /// while scans wait for applies ([`SCAN_WAITED_WITHIN`]), the queue is
+    /// full, or a batch too large to index is queued (readers wait for
+    /// it).
     fn apply_now(&self, flush: &Flushing<'_>, wait_applied: bool) -> bool {
         wait_applied
-            || flush.alone && self.lone()
+            || flush.alone && self.lone() && self.scan_waited_before(self.micros())
             || self.queued.load(Ordering::Acquire) >= APPLY_BATCHES
             || self.unindexed.load(Ordering::Acquire) > self.applied_lsn.load(Ordering::Acquire)
     }
@@ -989,6 +1020,7 @@ impl Wal {
             queued: AtomicUsize::new(0),
             flushing: AtomicUsize::new(0),
             overlapped_at: AtomicU64::new(0),
+            scan_waited_at: AtomicU64::new(0),
             started: std::time::Instant::now(),
             urgent: AtomicBool::new(false),
             applier_idle: AtomicBool::new(false),
@@ -1104,12 +1136,14 @@ impl Wal {
         s.check()?;
         let target = s.appended_lsn.load(Ordering::Acquire);
         let _flushing = Flushing::enter(s);
-        // A lone flush (one client committing: `LONE_AFTER`), or one that
-        // waits for the apply, has the applier write the queued batches
+        // A flush that waits for the apply, or a lone one (one client
+        // committing: `LONE_AFTER`) while scans wait for applies
+        // (`SCAN_WAITED_WITHIN`), has the applier write the queued batches
         // while it syncs the log (a lone client's next scan finds them
-        // applied); among other flushes, batches gather for one data-file
-        // transaction — readers do not wait for them (`Unapplied`) — and
-        // the applier is only started on its wait ([`APPLY_DELAY`]).
+        // applied); otherwise batches gather for one data-file
+        // transaction — point reads do not wait for them (`Unapplied`),
+        // nor do scans of other rows — and the applier is only started on
+        // its wait ([`APPLY_DELAY`]).
         if s.apply_now(&_flushing, wait_applied) {
             s.wake_applier(target);
         } else if s.applier_idle.load(Ordering::SeqCst) {
@@ -1245,13 +1279,16 @@ impl Wal {
             let meets = |k: &[u8], list: &[UnappliedVersion]| {
                 reaches_start(k) && before_end(k) && list.iter().any(|(l, _, _)| *l <= lsn)
             };
-            // A logical key below the start meets the range only as a
-            // prefix of it followed by `00`: a key at or above the start
-            // without its last nine bytes (a version suffix), or, for a
-            // start deeper inside a key's versions, a shorter prefix
-            // looked up by itself. Keys past the end cannot meet it.
-            let from = start.len().saturating_sub(1 + 8);
-            let meet_prefix = (0..from).filter(|&i| start[i] == 0).any(|i| {
+            // A logical key `k` below the start meets the range only as a
+            // prefix of it followed by `00` (a start inside `k`'s
+            // versions): where they first differ, `k` is lower, and so
+            // are all its versions. So the keys below the start are
+            // looked up by themselves, one per `00` byte of the start,
+            // and the rest walked from the start to the end. (The walk
+            // used to begin nine bytes short of the start, at the table's
+            // prefix for a one-column key: a cascading delete's scans
+            // then walked every unapplied key of the table below theirs.)
+            let meet_prefix = (0..start.len()).filter(|&i| start[i] == 0).any(|i| {
                 u.versions
                     .get(&start[..i])
                     .is_some_and(|l| meets(&start[..i], l))
@@ -1259,7 +1296,7 @@ impl Wal {
             let meet_indexed = meet_prefix
                 || u.versions
                     .range::<[u8], _>((
-                        std::ops::Bound::Included(&start[..from]),
+                        std::ops::Bound::Included(start),
                         std::ops::Bound::Unbounded,
                     ))
                     .take_while(|(k, _)| k.as_slice() < end)
@@ -1271,6 +1308,9 @@ impl Wal {
             // readable (as for a wait), wherever it writes.
             return s.check();
         }
+        // Lone flushes have their batches written at once for a while
+        // (`SCAN_WAITED_WITHIN`): this client reads what it commits.
+        s.note_scan_wait();
         self.wait_applied_to(lsn)
     }
 
@@ -2027,6 +2067,9 @@ mod tests {
         let kv = open(dir.path());
         let wal = Wal::recover(dir.path(), kv, replay).unwrap();
         let s = &wal.shared;
+        // (A scan waited for an apply a moment ago: a lone flush's batch
+        // is written at once only then, see the test below.)
+        s.note_scan_wait();
         {
             let first = Flushing::enter(s);
             assert!(
@@ -2055,10 +2098,68 @@ mod tests {
         }
         drop(next);
         std::thread::sleep(LONE_AFTER + std::time::Duration::from_millis(10));
+        s.note_scan_wait();
         let later = Flushing::enter(s);
         assert!(
             s.apply_now(&later, false),
             "lone again once no flush has overlapped for a while"
+        );
+    }
+
+    /// Replays the physical operations; ignores versions (the index of
+    /// unapplied versions is the log's own, whatever the apply writes).
+    fn replay_ops(t: &mut WriteTable<'_>, r: &Record, _: &mut Replaced, _: bool) -> Result<()> {
+        kv::write_ops(t, &r.ops)
+    }
+
+    #[test]
+    fn lone_flushes_apply_at_once_only_while_scans_wait_for_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = open(dir.path());
+        let wal = Wal::recover(dir.path(), kv, replay_ops).unwrap();
+        let s = &wal.shared;
+        let lone_applies_now = || {
+            let lone = Flushing::enter(s);
+            assert!(lone.alone);
+            s.apply_now(&lone, false)
+        };
+        assert!(
+            !lone_applies_now(),
+            "no scan waited: a lone flush lets batches gather"
+        );
+        let pause = wal.pause_applier().unwrap();
+        let lsn = wal
+            .submit(vec![], vec![(b"k".to_vec(), 5, Some(b"v".to_vec()))])
+            .unwrap();
+        // A scan of other keys neither waits nor counts.
+        wal.wait_applied_in(b"l", b"z", lsn).unwrap();
+        wal.wait_applied_in(b"a", b"k", lsn).unwrap();
+        assert!(!wal.is_applied(lsn));
+        assert!(!lone_applies_now(), "a scan that did not wait counted");
+        // One that meets the batch waits for it, and counts.
+        std::thread::scope(|scope| {
+            let scan = scope.spawn(|| wal.wait_applied_in(b"a", b"z", lsn));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while s.scan_waited_at.load(Ordering::Relaxed) == 0
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(!scan.is_finished(), "the scan did not wait for the apply");
+            drop(pause);
+            scan.join().unwrap().unwrap();
+        });
+        assert!(wal.is_applied(lsn));
+        assert!(
+            lone_applies_now(),
+            "a scan waited: a lone flush's batch is written at once"
+        );
+        let waited = s.scan_waited_at.load(Ordering::Relaxed) - 1;
+        let window = SCAN_WAITED_WITHIN.as_micros() as u64;
+        assert!(s.scan_waited_before(waited + window - 1));
+        assert!(
+            !s.scan_waited_before(waited + window),
+            "no wait for a while: batches gather again"
         );
     }
 
