@@ -186,6 +186,16 @@ const LONE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 /// wakes the applier, waits for that group alone, and turns the at-once
 /// writes back on for this long.
 const SCAN_WAITED_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// A lone flush has the applier write the queue at once, whatever the
+/// scans, when the last batch submitted (its own) holds this many versions.
+/// Gathering saves what a group
+/// shares — its commit, the copies of the pages on the path to the root and
+/// of hot rows' leaves — and for many versions spread over leaves of their
+/// own the per-version cost dominates: a row-tree delete (26 versions) cost
+/// the applier as much CPU in groups of ~8 as alone, and at one client ran
+/// 8% slower for the bursts, where TPC-B's commits (4 versions) cost 22%
+/// less CPU gathered (bench/README, session 37).
+const APPLY_AT_ONCE_VERSIONS: usize = 16;
 /// Most versions a batch may have to be indexed for point reads before it
 /// is applied ([`Unapplied`]); a larger one (a bulk load) makes readers
 /// wait for its apply instead.
@@ -353,6 +363,9 @@ struct Shared {
     unindexed: AtomicU64,
     /// How many batches are queued (stored with `queue` locked).
     queued: AtomicUsize,
+    /// How many versions the last batch submitted holds (a lone flush's
+    /// own: [`APPLY_AT_ONCE_VERSIONS`]).
+    last_batch_versions: AtomicUsize,
     /// Threads in [`Wal::flush_then`]: a lone flush ([`LONE_AFTER`])
     /// wakes the applier at once (it writes the batch during the sync);
     /// any other lets batches gather ([`APPLY_BATCHES`]).
@@ -583,7 +596,10 @@ impl Shared {
     /// it).
     fn apply_now(&self, flush: &Flushing<'_>, wait_applied: bool) -> bool {
         wait_applied
-            || flush.alone && self.lone() && self.scan_waited_before(self.micros())
+            || flush.alone
+                && self.lone()
+                && (self.scan_waited_before(self.micros())
+                    || self.last_batch_versions.load(Ordering::Acquire) >= APPLY_AT_ONCE_VERSIONS)
             || self.queued.load(Ordering::Acquire) >= APPLY_BATCHES
             || self.unindexed.load(Ordering::Acquire) > self.applied_lsn.load(Ordering::Acquire)
     }
@@ -716,8 +732,7 @@ impl Shared {
                             || self.urgent.swap(false, Ordering::SeqCst)
                             || self.stop.load(Ordering::Acquire)
                         {
-                            let group = take_group(&mut q);
-                            self.queued.store(q.len(), Ordering::Release);
+                            let group = take_group(self, &mut q);
                             break group;
                         }
                         // Gather: more commits are flushing (see
@@ -856,8 +871,7 @@ impl Shared {
                         .0;
                     self.applier_asleep.store(false, Ordering::SeqCst);
                 }
-                let group = take_group(&mut q);
-                self.queued.store(q.len(), Ordering::Release);
+                let group = take_group(self, &mut q);
                 group
             };
             self.apply_jobs(kv, jobs);
@@ -899,10 +913,12 @@ impl Drop for Flushing<'_> {
 }
 
 /// The next applier group: the oldest queued batches, at most
-/// [`APPLY_GROUP`].
-fn take_group(q: &mut VecDeque<Record>) -> Vec<Record> {
+/// [`APPLY_GROUP`] (taken off the queue's counts; `queue` is locked).
+fn take_group(s: &Shared, q: &mut VecDeque<Record>) -> Vec<Record> {
     let n = q.len().min(APPLY_GROUP);
-    q.drain(..n).collect()
+    let group: Vec<Record> = q.drain(..n).collect();
+    s.queued.store(q.len(), Ordering::Release);
+    group
 }
 
 /// The batches of one applier group as one: the physical operations with
@@ -1018,6 +1034,7 @@ impl Wal {
             unapplied: Mutex::new(Unapplied::default()),
             unindexed: AtomicU64::new(0),
             queued: AtomicUsize::new(0),
+            last_batch_versions: AtomicUsize::new(0),
             flushing: AtomicUsize::new(0),
             overlapped_at: AtomicU64::new(0),
             scan_waited_at: AtomicU64::new(0),
@@ -1107,6 +1124,8 @@ impl Wal {
         // wake-up per commit, not one per batch of a two-phase commit).
         {
             let mut q = lock(&s.queue)?;
+            s.last_batch_versions
+                .store(versions.len(), Ordering::Release);
             q.push_back(Record { lsn, ops, versions });
             s.queued.store(q.len(), Ordering::Release);
         }
@@ -2131,6 +2150,7 @@ mod tests {
         let lsn = wal
             .submit(vec![], vec![(b"k".to_vec(), 5, Some(b"v".to_vec()))])
             .unwrap();
+        assert_eq!(s.last_batch_versions.load(Ordering::SeqCst), 1);
         // A scan of other keys neither waits nor counts.
         wal.wait_applied_in(b"l", b"z", lsn).unwrap();
         wal.wait_applied_in(b"a", b"k", lsn).unwrap();
@@ -2161,6 +2181,28 @@ mod tests {
             !s.scan_waited_before(waited + window),
             "no wait for a while: batches gather again"
         );
+        // Without a scan's wait, a batch of many versions is written at
+        // once all the same; small ones gather.
+        s.scan_waited_at.store(0, Ordering::SeqCst);
+        let batch = |n: usize| {
+            let versions = (0..n)
+                .map(|i| (vec![b'm', i as u8], 9, Some(vec![1])))
+                .collect();
+            wal.submit(vec![], versions).unwrap();
+        };
+        batch(APPLY_AT_ONCE_VERSIONS - 1);
+        assert!(!lone_applies_now());
+        batch(APPLY_AT_ONCE_VERSIONS);
+        assert!(
+            lone_applies_now(),
+            "a batch of many versions: written at once"
+        );
+        batch(1);
+        assert!(
+            !lone_applies_now(),
+            "a small batch after a large one gathers"
+        );
+        wal.wait_applied().unwrap();
     }
 
     /// Waits until `n` threads are inside a flush and one of them leads.
