@@ -42,8 +42,9 @@
 //! commit's prepares and apply, or concurrent commits). A lone flush (no
 //! flush has overlapped another for [`LONE_AFTER`]: one client
 //! //! committing) wakes it at once while scans have had to wait for applies
-//! lately ([`SCAN_WAITED_WITHIN`]: the client reads what it commits);
-//! otherwise batches gather — up to
+//! lately ([`SCAN_WAITED_WITHIN`]: the client reads what it commits) or
+//! when its batch is large ([`APPLY_AT_ONCE_VERSIONS`]); otherwise
+//! batches gather — up to
 //! [`APPLY_BATCHES`] of them, or for [`APPLY_DELAY`] (10 ms) — so that one
 //! data-file transaction (its copy-on-write pages, checksums and commit)
 //! serves many commits; anyone who waits for the apply (a scan, a flush
@@ -173,8 +174,9 @@ const APPLY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
 /// A flush is *lone* when it runs alone and no flush has overlapped
 /// another for this long: one client committing, whose next statement may
 /// scan what it wrote. While scans have had to wait for the apply lately
-/// ([`SCAN_WAITED_WITHIN`]) the applier writes a lone flush's batch at
-/// once, during the sync, so that such a scan does not wait; any other
+/// ([`SCAN_WAITED_WITHIN`]), or for a large batch
+/// ([`APPLY_AT_ONCE_VERSIONS`]), the applier writes a lone flush's batch
+/// at once, during the sync, so that such a scan does not wait; any other
 /// flush lets batches gather ([`APPLY_DELAY`]).
 const LONE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 /// A lone flush has the applier write its batch at once only if a scan
@@ -2077,8 +2079,8 @@ mod tests {
         }
     }
 
-    /// Batches are applied at once while one client commits, and gather
-    /// once flushes overlap, until none has for `LONE_AFTER`; a flush that
+    /// Batches are applied at once while one client commits (and its
+    /// scans wait for applies), and gather once flushes overlap, until none has for `LONE_AFTER`; a flush that
     /// waits for the apply always starts it.
     #[test]
     fn batches_gather_only_while_flushes_overlap() {
