@@ -236,8 +236,8 @@ impl Store {
     /// or below any [`Store::visible_ts`] read before the call): a commit
     /// is acknowledged once its log record is durable
     /// ([`Store::flush_durable`]), and its batch may still be on its way
-    /// into the data file then. Returns at once when it is there already
-    /// (the common case: the apply runs during the log's sync).
+    /// into the data file then (for up to 10 ms while batches gather).
+    /// Returns at once when it is there already.
     pub fn wait_readable(&self) -> Result<()> {
         match &self.durable {
             Some(wal) => wal.wait_applied_to(self.visible_lsn.load(Ordering::Acquire)),

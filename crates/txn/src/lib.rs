@@ -2069,6 +2069,9 @@ mod tests {
         setup.put(other.clone(), b"x".to_vec());
         setup.put(k.clone(), b"0".to_vec());
         setup.commit().unwrap();
+        // (A lone commit's small batch may gather: the data file is to
+        // have the setup before the applier is held.)
+        m.store().wait_applied().unwrap();
         let mut stale = m.begin().unwrap();
         assert_eq!(stale.get(&other).unwrap(), Some(b"x".to_vec()));
         let older = m.begin().unwrap();
