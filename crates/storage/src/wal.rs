@@ -873,8 +873,7 @@ impl Shared {
                         .0;
                     self.applier_asleep.store(false, Ordering::SeqCst);
                 }
-                let group = take_group(self, &mut q);
-                group
+                take_group(self, &mut q)
             };
             self.apply_jobs(kv, jobs);
             self.check()?;
