@@ -41,7 +41,7 @@
 //! batches queued when it looks share one write transaction: a two-phase
 //! commit's prepares and apply, or concurrent commits). A lone flush (no
 //! flush has overlapped another for [`LONE_AFTER`]: one client
-//! //! committing) wakes it at once while scans have had to wait for applies
+//! committing) wakes it at once while scans have had to wait for applies
 //! lately ([`SCAN_WAITED_WITHIN`]: the client reads what it commits) or
 //! when its batch is large ([`APPLY_AT_ONCE_VERSIONS`]); otherwise
 //! batches gather — up to
@@ -180,7 +180,8 @@ const APPLY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
 /// flush lets batches gather ([`APPLY_DELAY`]).
 const LONE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 /// A lone flush has the applier write its batch at once only if a scan
-/// waited for the apply ([`Wal::wait_applied_in`]) within this long. A
+/// waited for the apply ([`Wal::wait_applied_in`]) within this long (or
+/// the batch is large: [`APPLY_AT_ONCE_VERSIONS`]). A
 /// client whose scans read other rows than it commits (a row-tree delete
 /// after a delete of another tree, TPC-B's point reads and writes) lets
 /// its batches gather, one data-file transaction for many commits
@@ -593,7 +594,8 @@ impl Shared {
 
     /// Whether `flush` should have the applier write the queued batches
     /// now rather than let them gather: it waits for them, it is lone
-    /// while scans wait for applies ([`SCAN_WAITED_WITHIN`]), the queue is
+    /// while scans wait for applies ([`SCAN_WAITED_WITHIN`]) or with a
+    /// large batch ([`APPLY_AT_ONCE_VERSIONS`]), the queue is
     /// full, or a batch too large to index is queued (readers wait for
     /// it).
     fn apply_now(&self, flush: &Flushing<'_>, wait_applied: bool) -> bool {
