@@ -1276,7 +1276,8 @@ impl Wal {
     /// delete) does not wait for that commit's B-tree apply.
     pub(crate) fn wait_applied_in(&self, start: &[u8], end: &[u8], lsn: u64) -> Result<()> {
         let s = &self.shared;
-        if s.applied_lsn.load(Ordering::Acquire) >= lsn {
+        if s.applied_lsn.load(Ordering::Acquire) >= lsn || start >= end {
+            // Everything up to `lsn` is applied, or the range is empty.
             return Ok(());
         }
         // The physical keys of logical key `k` (its versions) run from
@@ -1323,7 +1324,7 @@ impl Wal {
                     ))
                     .take_while(|(k, _)| k.as_slice() < end)
                     .any(|(k, list)| meets(k, list));
-            start >= end || spans_clear && !meet_indexed
+            spans_clear && !meet_indexed
         };
         if clear {
             // A stopped log applies nothing more: what it holds is not
