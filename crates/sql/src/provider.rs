@@ -111,7 +111,7 @@ use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricValue, MetricsSet,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 /// Most key points an IN-list product may expand to before the scan falls
 /// back to a range over the common prefix.
@@ -1479,168 +1479,372 @@ impl PartitionStream for ScanStream {
 }
 
 impl ScanStream {
-    /// Starts the scan's thread; with `points`, only keys in those ranges
-    /// are read (see [`crate::join_keys`]).
+    /// The scan's stream; with `points`, only keys in those ranges are
+    /// read (see [`crate::join_keys`]).
+    ///
+    /// Nothing is read until the stream is first polled. Then the first
+    /// [`INLINE_BUDGET`] of the scan is read on the polling thread (a
+    /// connection's own thread over the wire): a short scan — a small
+    /// table, a parent-only scan of a few thousand row trees — ends there,
+    /// without the two thread wake-ups a blocking thread costs (its start,
+    /// and the consumer's wake-up by its first batch), which the profile of
+    /// a scan of an empty table showed as half of the server's samples. A
+    /// longer scan goes on, from where it stopped, on a blocking thread
+    /// ([`ScanProducer`]).
     ///
     /// `stats`, the engine's counters, counts a far half handed to
     /// partition 1 through `handover` (this scan's slot, when it was
-    /// planned as two partitions; closed when the thread ends or is
-    /// dropped unstarted, so that partition 1 stops waiting).
+    /// planned as two partitions; closed when the scan ends or its stream
+    /// is dropped, so that partition 1 stops waiting).
     fn start(
         &self,
         points: Option<Arc<Points>>,
         stats: Option<Arc<crate::join_keys::ScanStats>>,
         handover: Option<CloseOnDrop>,
     ) -> SendableRecordBatchStream {
-        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 2);
-        let tx = builder.tx();
         let schema = self.schema.clone();
-        let request = self.request.clone();
-        let snapshots = self.snapshots.clone();
-        let mgr = self.mgr.clone();
-        let fetch = self.fetch.clone();
-        let counters = self.counters.clone();
-        builder.spawn_blocking(move || {
-            let Some(snapshots) = snapshots else {
-                return Err(DataFusionError::Internal(
-                    "a scan of a kept plan ran without being bound to a transaction".into(),
-                ));
+        let producer = self.snapshots.clone().map(|snapshots| ScanProducer {
+            schema: self.schema.clone(),
+            request: self.request.clone(),
+            fetch: self.fetch.clone(),
+            mgr: self.mgr.clone(),
+            snapshots: snapshots.into_iter(),
+            current: None,
+            may_split: may_split(&self.request, self.fetch.is_some()),
+            split_tried: false,
+            read_before: 0,
+            tail: None,
+            first_sent: false,
+            produced: 0,
+            entries: 0,
+            jumps: 0,
+            index_entries: 0,
+            started: std::time::Instant::now(),
+            counters: self.counters.clone(),
+            points,
+            stats,
+            handover,
+        });
+        let run = async move {
+            let Some(mut producer) = producer else {
+                return futures::stream::iter(vec![Err::<RecordBatch, _>(
+                    DataFusionError::Internal(
+                        "a scan of a kept plan ran without being bound to a transaction".into(),
+                    ),
+                )])
+                .boxed();
             };
-            let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
-            let output = fetch.as_ref().map(|(base, _)| base).unwrap_or(&request);
-            let mut rows = RowDecoder::new(output).map_err(external)?;
-            // An index scan that fetches base rows decodes each entry's
-            // key columns (no output of its own: only `key_values`).
-            let fetch = match &fetch {
-                Some((_, reader)) => Some((reader, RowDecoder::new(&request).map_err(external)?)),
-                None => None,
+            let mut head: Vec<datafusion::error::Result<RecordBatch>> = Vec::new();
+            let end = producer.read(Some(INLINE_BUDGET), &mut |b| {
+                head.push(Ok(b));
+                true
+            });
+            let head = futures::stream::iter(head);
+            let rest = match end {
+                Err(e) => futures::stream::iter(vec![Err(e)]).boxed(),
+                Ok(ReadEnd::Stopped) => futures::stream::empty().boxed(),
+                Ok(ReadEnd::Done) if !matches!(producer.tail, Some(Tail::Inline(_))) => {
+                    // What is left is the far half's helper's (forwarded
+                    // here), or partition 1's, or nothing; the producer
+                    // (and the handover it holds) ends with the stream.
+                    match producer.tail.take() {
+                        Some(Tail::Thread(rx)) => {
+                            futures::stream::unfold((rx, producer), |(mut rx, p)| async move {
+                                rx.recv().await.map(|b| (b, (rx, p)))
+                            })
+                            .boxed()
+                        }
+                        _ => {
+                            drop(producer);
+                            futures::stream::empty().boxed()
+                        }
+                    }
+                }
+                Ok(_) => {
+                    // On a blocking thread from where the inline read
+                    // stopped.
+                    let mut builder =
+                        RecordBatchReceiverStreamBuilder::new(producer.schema.clone(), 2);
+                    let tx = builder.tx();
+                    builder.spawn_blocking(move || producer.run_to_end(&tx));
+                    builder.build().boxed()
+                }
             };
-            let base_chain: Vec<&Table> = output.chain.iter().collect();
-            let mut produced = 0usize;
-            // A scan of one range that has read enough (`split_due`) hands
-            // the far half of what is left to a helper thread (see
-            // `TxnScan::split_off`), whose batches are partition 1's
-            // (`crate::split_scan`), or follow this thread's if they can
-            // no longer be handed over.
-            let may_split = may_split(&request, fetch.is_some());
-            // Tried once: a cut that fails (what is left is one logical
-            // key) is not tried again at every later row.
-            let mut split_tried = false;
-            let mut tail: Option<Tail> = None;
-            let mut first_sent = false;
-            let started = std::time::Instant::now();
-            let (mut entries, mut jumps) = (0u64, 0u64);
-            // An index's entries read to fetch base rows (not `reader`'s).
-            let mut index_entries = 0usize;
-            for snap in snapshots {
-                let mut iter = snap.into_iter(&mgr);
-                let mut reader = RowReader::new(points.clone(), &request);
-                loop {
-                    let mut more = true;
-                    let pushed = match &fetch {
-                        None => {
-                            reader.want_key = may_split && !split_tried && split_due(rows.read(), reader.jumps);
-                            match reader.step(&mut iter, &mut rows).map_err(external)? {
-                                Step::End => break,
-                                Step::Entry(pushed) => {
-                                    if reader.want_key && pushed.is_row() {
-                                        split_tried = true;
-                                        if let Some(rest) = iter.split_off(&reader.key) {
-                                            let handed = handover.as_ref().and_then(|h| h.0.hand_over());
-                                            if let (Some(stats), true) = (&stats, handed.is_some()) {
-                                                stats.split_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                            }
-                                            tail = Some(Tail::start(rest, request.clone(), mgr.clone(), schema.clone(), points.clone(), handed, counters.clone()));
-                                        }
+            head.chain(rest).boxed()
+        };
+        Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::once(run).flatten(),
+        ))
+    }
+}
+
+/// How much of a scan is read on the thread that polls its stream before
+/// the rest moves to a blocking thread: entries read, a jump over a row
+/// tree's children counting [`JUMP_COST`] (about a millisecond of reading
+/// on the 2-core VM).
+const INLINE_BUDGET: u64 = 8192;
+
+/// How [`ScanProducer::read`] ended.
+enum ReadEnd {
+    /// Every range is read (a far half may be left in `tail`).
+    Done,
+    /// The budget ran out; `read` goes on from there.
+    OutOfBudget,
+    /// The consumer went away (a LIMIT above was reached, the query ended).
+    Stopped,
+}
+
+/// A scan's reading, resumable between entries: its state (the ranges
+/// left, the range being read, the far half handed off) outlives the
+/// decoders, which borrow the request and live only as long as one call
+/// of [`ScanProducer::read`] (so that the producer can move from the
+/// polling thread to a blocking one). A call ends with the rows it
+/// decoded handed out as a batch.
+struct ScanProducer {
+    schema: SchemaRef,
+    request: ScanRequest,
+    /// For a non-covering index scan: the base-table request (its columns
+    /// are the output) and the reader that fetches base rows by key.
+    fetch: Option<(ScanRequest, PointReader)>,
+    mgr: Arc<TxnManager>,
+    /// The ranges not yet started, and the one being read.
+    snapshots: std::vec::IntoIter<Snapshot>,
+    current: Option<(TxnScan, RowReader)>,
+    /// A scan of one range that has read enough (`split_due`) hands the
+    /// far half of what is left to a helper thread (see
+    /// `TxnScan::split_off`), whose batches are partition 1's
+    /// (`crate::split_scan`), or follow this scan's if they can no longer
+    /// be handed over. Tried once: a cut that fails (what is left is one
+    /// logical key) is not tried again at every later row.
+    may_split: bool,
+    split_tried: bool,
+    /// Rows read by the decoders of earlier `read` calls.
+    read_before: usize,
+    tail: Option<Tail>,
+    first_sent: bool,
+    produced: usize,
+    /// Entries read and jumps made by finished ranges, and index entries
+    /// read to fetch base rows (not counted by the readers).
+    entries: u64,
+    jumps: u64,
+    index_entries: usize,
+    started: std::time::Instant,
+    counters: ScanCounters,
+    points: Option<Arc<Points>>,
+    stats: Option<Arc<crate::join_keys::ScanStats>>,
+    handover: Option<CloseOnDrop>,
+}
+
+impl ScanProducer {
+    /// Reads the ranges in order, handing each full batch to `emit` (false:
+    /// stop), for at most `budget` (entries, a jump counting [`JUMP_COST`])
+    /// when given; the rows decoded by then go out as a last batch.
+    fn read(
+        &mut self,
+        budget: Option<u64>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> datafusion::error::Result<ReadEnd> {
+        // The decoders borrow the requests: copies, so that `self` stays
+        // free to change.
+        let request = &self.request.clone();
+        let fetch_request = self
+            .fetch
+            .as_ref()
+            .map(|(base, reader)| (base.clone(), reader.clone()));
+        let output = fetch_request
+            .as_ref()
+            .map(|(base, _)| base)
+            .unwrap_or(request);
+        let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
+        let mut rows = RowDecoder::new(output).map_err(external)?;
+        // An index scan that fetches base rows decodes each entry's key
+        // columns (no output of its own: only `key_values`).
+        let mut fetch = match &fetch_request {
+            Some((_, reader)) => Some((reader, RowDecoder::new(request).map_err(external)?)),
+            None => None,
+        };
+        let base_chain: Vec<&Table> = output.chain.iter().collect();
+        let limit_reached = |produced: usize| request.limit.is_some_and(|l| produced >= l);
+        let mut spent = 0u64;
+        loop {
+            if budget.is_some_and(|b| spent >= b) {
+                if !rows.is_empty() && !emit(rows.finish(&self.schema)?) {
+                    return Ok(self.stop());
+                }
+                self.read_before += rows.read();
+                return Ok(ReadEnd::OutOfBudget);
+            }
+            let Some((iter, reader)) = self.current.as_mut() else {
+                match self.snapshots.next() {
+                    Some(snap) if !limit_reached(self.produced) => {
+                        let iter = snap.into_iter(&self.mgr);
+                        self.current = Some((iter, RowReader::new(self.points.clone(), request)));
+                        continue;
+                    }
+                    _ => break,
+                }
+            };
+            let jumps_before = reader.jumps;
+            let mut more = true;
+            let pushed = match &mut fetch {
+                None => {
+                    reader.want_key = self.may_split
+                        && !self.split_tried
+                        && split_due(self.read_before + rows.read(), reader.jumps);
+                    match reader.step(iter, &mut rows).map_err(external)? {
+                        Step::End => Pushed::Other,
+                        Step::Entry(pushed) => {
+                            if reader.want_key && pushed.is_row() {
+                                self.split_tried = true;
+                                if let Some(rest) = iter.split_off(&reader.key) {
+                                    let handed =
+                                        self.handover.as_ref().and_then(|h| h.0.hand_over());
+                                    if let (Some(stats), true) = (&self.stats, handed.is_some()) {
+                                        stats
+                                            .split_scans
+                                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     }
-                                    more = reader.jump(&mut iter);
-                                    pushed == Pushed::Row
+                                    self.tail = Some(Tail::start(
+                                        rest,
+                                        request.clone(),
+                                        self.mgr.clone(),
+                                        self.schema.clone(),
+                                        self.points.clone(),
+                                        handed,
+                                        self.counters.clone(),
+                                    ));
+                                }
+                            }
+                            more = reader.jump(iter);
+                            if pushed == Pushed::Row {
+                                pushed
+                            } else {
+                                Pushed::Skipped
+                            }
+                        }
+                    }
+                }
+                Some((point_reader, entry_keys)) => match iter.next() {
+                    None => Pushed::Other,
+                    Some(item) => {
+                        self.index_entries += 1;
+                        let (key, _) = item.map_err(|e| external(crate::Error::from(e)))?;
+                        // An index entry: decode the base key, fetch the row.
+                        match entry_keys.key_values(&key).map_err(external)? {
+                            None => Pushed::Skipped,
+                            Some(pk) => {
+                                let base_key = self_catalog_prefix(&base_chain, &pk, true)
+                                    .map_err(external)?;
+                                let Some(row) = point_reader
+                                    .get(&self.mgr, &base_key)
+                                    .map_err(|e| external(e.into()))?
+                                else {
+                                    return Err(external(crate::Error::Internal(format!(
+                                        "index entry without its row in {}",
+                                        base_chain.last().map(|t| t.name.as_str()).unwrap_or("")
+                                    ))));
+                                };
+                                if rows.push(&base_key, &row).map_err(external)? == Pushed::Row {
+                                    Pushed::Row
+                                } else {
+                                    Pushed::Skipped
                                 }
                             }
                         }
-                        Some((reader, entry_keys)) => {
-                            let Some(item) = iter.next() else {
-                                break;
-                            };
-                            index_entries += 1;
-                            let (key, _) = item.map_err(|e| external(crate::Error::from(e)))?;
-                            // An index entry: decode the base key, fetch the row.
-                            let Some(pk) = entry_keys.key_values(&key).map_err(external)? else {
-                                continue;
-                            };
-                            let base_key = self_catalog_prefix(&base_chain, &pk, true).map_err(external)?;
-                            let row = reader.get(&mgr, &base_key).map_err(|e| external(e.into()))?;
-                            let Some(row) = row else {
-                                return Err(external(crate::Error::Internal(format!(
-                                    "index entry without its row in {}",
-                                    base_chain.last().map(|t| t.name.as_str()).unwrap_or("")
-                                ))));
-                            };
-                            rows.push(&base_key, &row).map_err(external)? == Pushed::Row
-                        }
-                    };
-                    if pushed {
-                        produced += 1;
                     }
-                    let full = if first_sent { BATCH_ROWS } else { FIRST_BATCH_ROWS };
-                    if rows.len() >= full {
-                        first_sent = true;
-                        let batch = rows.finish(&schema)?;
-                        if tx.blocking_send(Ok(batch)).is_err() {
-                            // The consumer went away (e.g. LIMIT reached).
-                            counters.add(&reader);
-                            counters.entries.add(index_entries);
-                            return Ok(());
-                        }
+                },
+            };
+            // `Other` here means the range's end.
+            let ended = pushed == Pushed::Other;
+            spent += 1 + JUMP_COST * (reader.jumps - jumps_before);
+            if pushed == Pushed::Row {
+                self.produced += 1;
+            }
+            if !ended {
+                let full = if self.first_sent {
+                    BATCH_ROWS
+                } else {
+                    FIRST_BATCH_ROWS
+                };
+                if rows.len() >= full {
+                    self.first_sent = true;
+                    if !emit(rows.finish(&self.schema)?) {
+                        return Ok(self.stop());
                     }
-                    if !more || request.limit.is_some_and(|l| produced >= l) {
-                        break;
-                    }
-                }
-                entries += reader.entries;
-                jumps += reader.jumps;
-                counters.add(&reader);
-                if request.limit.is_some_and(|l| produced >= l) {
-                    break;
                 }
             }
-            counters.entries.add(index_entries);
-            entries += index_entries as u64;
-            tracing::debug!(
-                elapsed_us = started.elapsed().as_micros() as u64,
-                entries,
-                jumps,
-                read = rows.read(),
-                "scan read its range (a far half handed to a helper not included)"
-            );
-            if !rows.is_empty() {
-                let batch = rows.finish(&schema)?;
-                if tx.blocking_send(Ok(batch)).is_err() {
-                    return Ok(());
-                }
+            if ended || !more || limit_reached(self.produced) {
+                self.end_range();
             }
-            match tail {
-                None | Some(Tail::Handed) => {}
-                Some(Tail::Thread(mut batches)) => {
-                    while let Some(batch) = batches.blocking_recv() {
-                        if tx.blocking_send(batch).is_err() {
-                            return Ok(());
-                        }
+        }
+        self.counters.entries.add(self.index_entries);
+        self.entries += self.index_entries as u64;
+        self.index_entries = 0;
+        tracing::debug!(
+            elapsed_us = self.started.elapsed().as_micros() as u64,
+            entries = self.entries,
+            jumps = self.jumps,
+            read = self.read_before + rows.read(),
+            "scan read its range (a far half handed to a helper not included)"
+        );
+        if !rows.is_empty() && !emit(rows.finish(&self.schema)?) {
+            return Ok(self.stop());
+        }
+        self.read_before += rows.read();
+        Ok(ReadEnd::Done)
+    }
+
+    /// Counts the range being read and drops it.
+    fn end_range(&mut self) {
+        if let Some((_, reader)) = self.current.take() {
+            self.entries += reader.entries;
+            self.jumps += reader.jumps;
+            self.counters.add(&reader);
+        }
+    }
+
+    /// The consumer went away: counts what was read.
+    fn stop(&mut self) -> ReadEnd {
+        self.end_range();
+        self.counters.entries.add(self.index_entries);
+        self.index_entries = 0;
+        ReadEnd::Stopped
+    }
+
+    /// On a blocking thread: the rest of the ranges, then the far half
+    /// (forwarded from its helper, or read here if no helper could start).
+    fn run_to_end(mut self, tx: &BatchSender) -> datafusion::error::Result<()> {
+        let mut send = |b: RecordBatch| tx.blocking_send(Ok(b)).is_ok();
+        if let ReadEnd::Stopped = self.read(None, &mut send)? {
+            return Ok(());
+        }
+        match self.tail.take() {
+            None | Some(Tail::Handed) => {}
+            Some(Tail::Thread(mut batches)) => {
+                while let Some(batch) = batches.blocking_recv() {
+                    if tx.blocking_send(batch).is_err() {
+                        return Ok(());
                     }
                 }
-                Some(Tail::Inline(inline)) => {
-                    let (mut iter, request) = *inline;
-                    let mut rows = RowDecoder::new(&request).map_err(external)?;
-                    let mut reader = RowReader::new(points, &request);
-                    let read = read_rows(&mut iter, &mut reader, &mut rows, &schema, BATCH_ROWS, &mut |b| tx.blocking_send(Ok(b)).is_ok());
-                    counters.add(&reader);
-                    read?;
-                }
             }
-            drop(handover);
-            Ok(())
-        });
-        builder.build()
+            Some(Tail::Inline(inline)) => {
+                let (mut iter, request) = *inline;
+                let mut rows = RowDecoder::new(&request).map_err(external)?;
+                let mut reader = RowReader::new(self.points.clone(), &request);
+                let read = read_rows(
+                    &mut iter,
+                    &mut reader,
+                    &mut rows,
+                    &self.schema,
+                    BATCH_ROWS,
+                    &mut send,
+                );
+                self.counters.add(&reader);
+                read?;
+            }
+        }
+        Ok(())
     }
 }
 
