@@ -1484,7 +1484,8 @@ impl ScanStream {
     ///
     /// Nothing is read until the stream is first polled. Then the first
     /// [`INLINE_BUDGET`] of the scan is read on the polling thread (a
-    /// connection's own thread over the wire): a short scan — a small
+    /// connection's thread or a worker of the shared runtime, wherever
+    /// DataFusion runs the plan's partition): a short scan — a small
     /// table, a parent-only scan of a few thousand row trees — ends there,
     /// without the two thread wake-ups a blocking thread costs (its start,
     /// and the consumer's wake-up by its first batch), which the profile of
@@ -1870,7 +1871,8 @@ impl Tail {
         handed: Option<BatchSender>,
         counters: ScanCounters,
     ) -> Tail {
-        // Partition 1's channel, or one this scan's thread forwards from.
+        // Partition 1's channel, or one this scan forwards from (its
+        // stream, or its blocking thread).
         // Partition 1's first batch is small, as partition 0's is: a merge
         // of the two in key order waits for it before its first row.
         let (tx, rx, first_batch) = match handed {
