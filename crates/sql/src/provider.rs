@@ -1506,8 +1506,8 @@ impl ScanStream {
         let schema = self.schema.clone();
         let producer = self.snapshots.clone().map(|snapshots| ScanProducer {
             schema: self.schema.clone(),
-            request: self.request.clone(),
-            fetch: self.fetch.clone(),
+            request: Arc::new(self.request.clone()),
+            fetch: self.fetch.clone().map(Arc::new),
             mgr: self.mgr.clone(),
             snapshots: snapshots.into_iter(),
             current: None,
@@ -1604,10 +1604,11 @@ enum ReadEnd {
 /// decoded handed out as a batch.
 struct ScanProducer {
     schema: SchemaRef,
-    request: ScanRequest,
+    /// Shared with the decoders of a `read` call, which borrow it.
+    request: Arc<ScanRequest>,
     /// For a non-covering index scan: the base-table request (its columns
     /// are the output) and the reader that fetches base rows by key.
-    fetch: Option<(ScanRequest, PointReader)>,
+    fetch: Option<Arc<(ScanRequest, PointReader)>>,
     mgr: Arc<TxnManager>,
     /// The ranges not yet started, and the one being read.
     snapshots: std::vec::IntoIter<Snapshot>,
@@ -1646,22 +1647,20 @@ impl ScanProducer {
         budget: Option<u64>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
     ) -> datafusion::error::Result<ReadEnd> {
-        // The decoders borrow the requests: copies, so that `self` stays
-        // free to change.
-        let request = &self.request.clone();
-        let fetch_request = self
-            .fetch
-            .as_ref()
-            .map(|(base, reader)| (base.clone(), reader.clone()));
+        // The decoders borrow the requests: held here, so that `self`
+        // stays free to change.
+        let request_arc = self.request.clone();
+        let request: &ScanRequest = &request_arc;
+        let fetch_request = self.fetch.clone();
         let output = fetch_request
-            .as_ref()
+            .as_deref()
             .map(|(base, _)| base)
             .unwrap_or(request);
         let _span = tracing::debug_span!("scan", table = %request.chain.last().map(|t| t.name.as_str()).unwrap_or(""), ranges = request.ranges.len()).entered();
         let mut rows = RowDecoder::new(output).map_err(external)?;
         // An index scan that fetches base rows decodes each entry's key
         // columns (no output of its own: only `key_values`).
-        let mut fetch = match &fetch_request {
+        let mut fetch = match fetch_request.as_deref() {
             Some((_, reader)) => Some((reader, RowDecoder::new(request).map_err(external)?)),
             None => None,
         };
@@ -1688,13 +1687,14 @@ impl ScanProducer {
             };
             let jumps_before = reader.jumps;
             let mut more = true;
-            let pushed = match &mut fetch {
+            // `None`: the range's end; `Some(true)`: a row produced.
+            let produced_row = match &mut fetch {
                 None => {
                     reader.want_key = self.may_split
                         && !self.split_tried
                         && split_due(self.read_before + rows.read(), reader.jumps);
                     match reader.step(iter, &mut rows).map_err(external)? {
-                        Step::End => Pushed::Other,
+                        Step::End => None,
                         Step::Entry(pushed) => {
                             if reader.want_key && pushed.is_row() {
                                 self.split_tried = true;
@@ -1718,22 +1718,18 @@ impl ScanProducer {
                                 }
                             }
                             more = reader.jump(iter);
-                            if pushed == Pushed::Row {
-                                pushed
-                            } else {
-                                Pushed::Skipped
-                            }
+                            Some(pushed == Pushed::Row)
                         }
                     }
                 }
                 Some((point_reader, entry_keys)) => match iter.next() {
-                    None => Pushed::Other,
+                    None => None,
                     Some(item) => {
                         self.index_entries += 1;
                         let (key, _) = item.map_err(|e| external(crate::Error::from(e)))?;
                         // An index entry: decode the base key, fetch the row.
                         match entry_keys.key_values(&key).map_err(external)? {
-                            None => Pushed::Skipped,
+                            None => Some(false),
                             Some(pk) => {
                                 let base_key = self_catalog_prefix(&base_chain, &pk, true)
                                     .map_err(external)?;
@@ -1746,20 +1742,15 @@ impl ScanProducer {
                                         base_chain.last().map(|t| t.name.as_str()).unwrap_or("")
                                     ))));
                                 };
-                                if rows.push(&base_key, &row).map_err(external)? == Pushed::Row {
-                                    Pushed::Row
-                                } else {
-                                    Pushed::Skipped
-                                }
+                                Some(rows.push(&base_key, &row).map_err(external)? == Pushed::Row)
                             }
                         }
                     }
                 },
             };
-            // `Other` here means the range's end.
-            let ended = pushed == Pushed::Other;
+            let ended = produced_row.is_none();
             spent += 1 + JUMP_COST * (reader.jumps - jumps_before);
-            if pushed == Pushed::Row {
+            if produced_row == Some(true) {
                 self.produced += 1;
             }
             if !ended {
