@@ -23,7 +23,8 @@
 //!   to a thread of its own that runs the connection's protocol loop and
 //!   its statements' fast paths and commits; DataFusion plans run back on
 //!   the accepting runtime (`Engine::set_executor`), so a query still uses
-//!   every core. A statement that blocks (a commit's flush, a lock wait)
+//!   every core, except kept plans whose last run read little, which run
+//!   on the connection's thread (`Engine::inline_plan_count`). A statement that blocks (a commit's flush, a lock wait)
 //!   blocks only its own connection. Between statements, while few
 //!   connections are active, a connection thread watches its socket for a
 //!   moment before it sleeps (`busy_poll`, [`Config::busy_poll_micros`]).

@@ -182,3 +182,94 @@ fn a_kept_index_scan_fetches_rows_of_each_run() {
     );
     assert_eq!(db.engine().cached_plan_count(), before + 3);
 }
+
+/// The count and sum of `big` as one session driven from a single-threaded
+/// runtime (a server connection's thread) sees them.
+fn count_sum(rt: &tokio::runtime::Runtime, s: &mut spindle::Session) -> (i64, i64) {
+    let out = rt
+        .block_on(s.execute_async("SELECT count(*), sum(x) FROM big", &[]))
+        .unwrap();
+    let [spindle::Output::Rows(rows)] = out.as_slice() else {
+        panic!("not one result: {out:?}");
+    };
+    let rows = rows.rows().unwrap();
+    let v = rows[0].values();
+    match (&v[0], &v[1]) {
+        (Value::Int64(n), Value::Int64(sum)) => (*n, *sum),
+        (Value::Int64(0), Value::Null) => (0, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A session on a single-threaded runtime hands DataFusion plans to the
+/// engine's executor (as the server's connections do), except a kept plan
+/// whose last run read little, which runs on the session's thread. The
+/// choice follows the data: a table that grows past the budget sends its
+/// plan back to the executor after one run (that run, in place, reads a
+/// scan split in two halves on the one thread).
+#[test]
+fn a_kept_plan_that_read_little_runs_on_the_sessions_thread() {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE big (id INT64 NOT NULL, x INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO big SELECT n, n % 7 FROM generate_series(1, 100) AS n",
+        &[],
+    )
+    .unwrap();
+    let executor = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    db.engine().set_executor(executor.handle().clone());
+    let conn = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let inline = || db.engine().inline_plan_count();
+    let mut s = db.session();
+    let small: i64 = (1..=100).map(|n| n % 7).sum();
+    assert_eq!(count_sum(&conn, &mut s), (100, small));
+    assert_eq!(inline(), 0, "the planning run goes to the executor");
+    assert_eq!(count_sum(&conn, &mut s), (100, small));
+    assert_eq!(inline(), 1, "100 rows read last time: in place");
+    // 20 000 rows: the next run still runs in place (its last run read
+    // 100), reading a scan split in two (after 1 024 rows) on one thread.
+    db.execute(
+        "INSERT INTO big SELECT n, n % 7 FROM generate_series(101, 20000) AS n",
+        &[],
+    )
+    .unwrap();
+    let large: i64 = (1..=20_000).map(|n| n % 7).sum();
+    assert_eq!(count_sum(&conn, &mut s), (20_000, large));
+    assert_eq!(inline(), 2);
+    for _ in 0..2 {
+        assert_eq!(count_sum(&conn, &mut s), (20_000, large));
+        assert_eq!(inline(), 2, "20 000 rows read: back to the executor");
+    }
+    // Another session's run of the same plan sees the same record.
+    let mut t = db.session();
+    assert_eq!(count_sum(&conn, &mut t), (20_000, large));
+    assert_eq!(inline(), 2);
+    // Without an executor nothing is handed anywhere, and nothing counted.
+    let plain = db_with_big();
+    let mut p = plain.session();
+    assert_eq!(count_sum(&conn, &mut p), (1, 5));
+    assert_eq!(count_sum(&conn, &mut p), (1, 5));
+    assert_eq!(plain.engine().inline_plan_count(), 0);
+}
+
+fn db_with_big() -> Database {
+    let db = Database::open_in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE big (id INT64 NOT NULL, x INT64) PRIMARY KEY (id)",
+        &[],
+    )
+    .unwrap();
+    db.execute("INSERT INTO big VALUES (1, 5)", &[]).unwrap();
+    db
+}

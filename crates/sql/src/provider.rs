@@ -1106,6 +1106,14 @@ impl SpindleScanExec {
         self.parts.clone().bind(txn)
     }
 
+    /// What this binding has read so far, counted as [`INLINE_BUDGET`]
+    /// counts: entries read, plus [`JUMP_COST`] per jump over a row
+    /// tree's children.
+    pub(crate) fn read_cost(&self) -> u64 {
+        let counters = &self.stream.counters;
+        counters.entries.value() as u64 + JUMP_COST * counters.jumps.value() as u64
+    }
+
     /// The same scan bound to no transaction (see `ScanParts::unbound`).
     pub(crate) fn unbind(
         &self,
@@ -1584,7 +1592,7 @@ impl ScanStream {
 /// the rest moves to a blocking thread: entries read, a jump over a row
 /// tree's children counting [`JUMP_COST`] (about a millisecond of reading
 /// on the 2-core VM).
-const INLINE_BUDGET: u64 = 8192;
+pub(crate) const INLINE_BUDGET: u64 = 8192;
 
 /// How [`ScanProducer::read`] ended.
 enum ReadEnd {

@@ -16,6 +16,9 @@
 //!      then the joins' dynamic filters made anew (post-optimization filter pushdown)
 //!                                                  ▼
 //!                                               execute
+//!            on the session's thread if the last run read ≤ INLINE_BUDGET,
+//!            else on the engine's executor (when it has one); the run's
+//!            scans' reads recorded for the next run
 //! ```
 //!
 //! Invariants:
@@ -57,7 +60,7 @@ use datafusion::sql::sqlparser::ast;
 use spindle_catalog::Catalog;
 use spindle_txn::TxnManager;
 
-use crate::provider::{SpindleScanExec, TxnHandle};
+use crate::provider::{SpindleScanExec, TxnHandle, INLINE_BUDGET};
 
 /// Most plans kept; the map is emptied when it reaches this.
 const ENTRIES: usize = 256;
@@ -68,6 +71,49 @@ pub(crate) struct CachedQuery {
     pub physical: Arc<dyn ExecutionPlan>,
     /// The logical plan's output schema (names as the client sees them).
     pub schema: SchemaRef,
+    /// What the plan's scans read in its last finished run, in
+    /// [`INLINE_BUDGET`] units ([`scan_cost`]); `u64::MAX` until a run
+    /// is recorded.
+    last_cost: AtomicU64,
+}
+
+impl CachedQuery {
+    /// Whether the plan's last finished run read little enough that the
+    /// next one may run on the session's own thread instead of the
+    /// engine's executor: at most [`INLINE_BUDGET`] in all its scans,
+    /// which is what one scan reads on the polling thread anyway. Such a
+    /// run takes about a millisecond of reading at most, and handing it
+    /// to the executor (a task spawned there, its wake-up, then the
+    /// session's) cost about 0.1 ms, a quarter of an aggregate over an
+    /// empty table (bench/README.md, session 39). A plan that read more
+    /// keeps the executor, whose threads run a split scan's two halves'
+    /// operators in parallel. The decision follows the data: a table
+    /// that grew sends the plan back to the executor after one run.
+    pub fn runs_inline(&self) -> bool {
+        self.last_cost.load(Ordering::Relaxed) <= INLINE_BUDGET
+    }
+
+    /// Records what `bound` (this plan, bound and run to completion) read.
+    pub fn record_run(&self, bound: &Arc<dyn ExecutionPlan>) {
+        self.last_cost.store(scan_cost(bound), Ordering::Relaxed);
+    }
+}
+
+/// What the scans of `plan` (bound and run) have read, in
+/// [`INLINE_BUDGET`] units; `u64::MAX` if the walk fails.
+pub(crate) fn scan_cost(plan: &Arc<dyn ExecutionPlan>) -> u64 {
+    let mut cost = 0u64;
+    let walk = plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<SpindleScanExec>() {
+            cost = cost.saturating_add(scan.read_cost());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if walk.is_ok() {
+        cost
+    } else {
+        u64::MAX
+    }
 }
 
 /// The cache, one per engine.
@@ -75,6 +121,8 @@ pub(crate) struct CachedQuery {
 pub(crate) struct QueryCache {
     plans: Mutex<HashMap<(String, bool), Arc<CachedQuery>>>,
     hits: AtomicU64,
+    /// Kept plans run on the session's thread ([`CachedQuery::runs_inline`]).
+    inline_runs: AtomicU64,
 }
 
 /// The key of a statement that may be kept: its text and whether hidden
@@ -98,6 +146,8 @@ impl QueryCache {
     /// Keeps a plan (replacing one made from an older catalog), its scans
     /// unbound: the cache holds nothing of the planning transaction (its
     /// uncommitted writes in a scan's snapshot, an index scan's reader).
+    /// Returns the entry, whose first run ([`CachedQuery::record_run`])
+    /// is the planning run of `physical`; `None` if it was not kept.
     pub fn put(
         &self,
         key: (String, bool),
@@ -105,7 +155,7 @@ impl QueryCache {
         physical: &Arc<dyn ExecutionPlan>,
         schema: SchemaRef,
         mgr: &Arc<TxnManager>,
-    ) {
+    ) -> Option<Arc<CachedQuery>> {
         let unbound = physical.clone().transform_up(|node| {
             Ok(match node.downcast_ref::<SpindleScanExec>() {
                 Some(scan) => {
@@ -115,26 +165,35 @@ impl QueryCache {
             })
         });
         let Ok(Transformed { data: physical, .. }) = unbound else {
-            return; // not kept: planned again next time
+            return None; // not kept: planned again next time
         };
-        if let Ok(mut map) = self.plans.lock() {
-            if map.len() >= ENTRIES {
-                map.clear();
-            }
-            map.insert(
-                key,
-                Arc::new(CachedQuery {
-                    catalog,
-                    physical,
-                    schema,
-                }),
-            );
+        let mut map = self.plans.lock().ok()?;
+        if map.len() >= ENTRIES {
+            map.clear();
         }
+        let kept = Arc::new(CachedQuery {
+            catalog,
+            physical,
+            schema,
+            last_cost: AtomicU64::new(u64::MAX),
+        });
+        map.insert(key, kept.clone());
+        Some(kept)
     }
 
     /// Queries that ran a kept plan since the engine opened.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Counts a kept plan run on the session's thread.
+    pub fn count_inline_run(&self) {
+        self.inline_runs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Kept plans run on the session's thread since the engine opened.
+    pub fn inline_runs(&self) -> u64 {
+        self.inline_runs.load(Ordering::Relaxed)
     }
 }
 

@@ -202,8 +202,10 @@ impl Engine {
     /// serves each connection on its own thread, where the protocol and
     /// the fast path run without hand-offs between threads, while a
     /// query's partitions, scans and correlated subqueries still use every
-    /// core. Planning stays on the session's thread; only execution moves.
-    /// The first handle set stays; a single-threaded `handle` is ignored.
+    /// core. Planning stays on the session's thread; only execution moves,
+    /// and not for a kept plan whose last run read little
+    /// ([`Engine::inline_plan_count`]). The first handle set stays; a
+    /// single-threaded `handle` is ignored.
     pub fn set_executor(&self, handle: tokio::runtime::Handle) {
         if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
             let _ = self.executor.set(handle);
@@ -220,6 +222,13 @@ impl Engine {
     /// again ([`crate::query_cache`]) since the database opened.
     pub fn cached_plan_count(&self) -> u64 {
         self.queries.hits()
+    }
+
+    /// How many queries ran a kept plan on the session's own thread
+    /// instead of [`Engine::set_executor`]'s runtime, its last run having
+    /// read little ([`crate::query_cache`]), since the database opened.
+    pub fn inline_plan_count(&self) -> u64 {
+        self.queries.inline_runs()
     }
 
     /// How many scans read only the keys of a hash join's build side
@@ -457,7 +466,13 @@ impl StatementContext {
                 &self.txn,
                 task_ctx.session_config().options(),
             )?;
-            let batches = collect(physical, task_ctx).await?;
+            let place = if kept.runs_inline() && executor_for(&task_ctx).is_some() {
+                self.engine.queries.count_inline_run();
+                Place::InPlace
+            } else {
+                Place::Executor
+            };
+            let batches = collect(physical, task_ctx, place, Some(&kept)).await?;
             return named_output(kept.schema.clone(), batches);
         }
         let state = self
@@ -467,16 +482,24 @@ impl StatementContext {
             return run_plan(state, stmt).await;
         };
         let planned = plan_query(&state, stmt).await?;
-        if planned.cacheable {
+        let kept = if planned.cacheable {
             self.engine.queries.put(
                 key,
                 catalog,
                 &planned.physical,
                 planned.schema.clone(),
                 &self.engine.mgr,
-            );
-        }
-        let batches = collect(planned.physical, state.task_ctx()).await?;
+            )
+        } else {
+            None
+        };
+        let batches = collect(
+            planned.physical,
+            state.task_ctx(),
+            Place::Executor,
+            kept.as_deref(),
+        )
+        .await?;
         named_output(planned.schema, batches)
     }
 
@@ -637,7 +660,7 @@ pub(crate) async fn run_plan(
     stmt: ast::Statement,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let planned = plan_query(&state, stmt).await?;
-    let batches = collect(planned.physical, state.task_ctx()).await?;
+    let batches = collect(planned.physical, state.task_ctx(), Place::Executor, None).await?;
     named_output(planned.schema, batches)
 }
 
@@ -699,20 +722,54 @@ fn named_output(
     }
 }
 
-/// Runs `physical` to completion: on the [`Executor`] when the calling
-/// thread drives a single-threaded runtime and one is set, in place
-/// otherwise. Dropping the returned future (a cancel request) aborts the
-/// execution wherever it runs.
+/// Where [`collect`] runs a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// On the [`Executor`] when the calling thread drives a
+    /// single-threaded runtime and one is set, in place otherwise.
+    Executor,
+    /// In place, on the calling thread's runtime: for a kept plan whose
+    /// last run read little ([`crate::query_cache::CachedQuery::runs_inline`]).
+    InPlace,
+}
+
+/// Runs `physical` to completion at `place`, and when it finishes records
+/// what its scans read in `kept`, the cache entry it is a run of.
+/// Dropping the returned future (a cancel request) aborts the execution
+/// wherever it runs.
 async fn collect(
     physical: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
     task_ctx: Arc<TaskContext>,
+    place: Place,
+    kept: Option<&crate::query_cache::CachedQuery>,
 ) -> datafusion::error::Result<Vec<RecordBatch>> {
     // A join's plan outlives its streams here and is freed off this
     // thread (see `DropLater`).
     let plan = DropLater::of(&physical);
-    let result = run_collect(physical, task_ctx).await;
+    let held = kept.map(|kept| (kept, physical.clone()));
+    let result = run_collect(physical, task_ctx, place).await;
+    if let (Some((kept, bound)), Ok(_)) = (&held, &result) {
+        kept.record_run(bound);
+    }
+    // Before `plan`, so that `DropLater` holds the last reference.
+    drop(held);
     drop(plan);
     result
+}
+
+/// The executor a plan of `task_ctx` is handed to ([`Place::Executor`]):
+/// the engine's, when one is set and the calling thread drives a
+/// single-threaded runtime (a server connection's thread).
+fn executor_for(task_ctx: &TaskContext) -> Option<tokio::runtime::Handle> {
+    let single_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+    if !single_threaded {
+        return None;
+    }
+    task_ctx
+        .session_config()
+        .get_extension::<Executor>()
+        .map(|e| e.0.clone())
 }
 
 /// A plan with a hash join, freed on a helper thread, not the query's.
@@ -760,16 +817,16 @@ impl Drop for DropLater {
 async fn run_collect(
     physical: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
     task_ctx: Arc<TaskContext>,
+    place: Place,
 ) -> datafusion::error::Result<Vec<RecordBatch>> {
-    let single_threaded = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
-    match task_ctx.session_config().get_extension::<Executor>() {
-        Some(executor) if single_threaded => {
-            let task = AbortOnDrop(
-                executor
-                    .0
-                    .spawn(datafusion::physical_plan::collect(physical, task_ctx)),
-            );
+    let executor = match place {
+        Place::Executor => executor_for(&task_ctx),
+        Place::InPlace => None,
+    };
+    match executor {
+        Some(executor) => {
+            let task =
+                AbortOnDrop(executor.spawn(datafusion::physical_plan::collect(physical, task_ctx)));
             // A JoinError is a panic (or an abort at runtime shutdown):
             // internal, XX000.
             task.await.map_err(|e| {
@@ -778,7 +835,7 @@ async fn run_collect(
                 )))
             })?
         }
-        _ => datafusion::physical_plan::collect(physical, task_ctx).await,
+        None => datafusion::physical_plan::collect(physical, task_ctx).await,
     }
 }
 
@@ -1693,7 +1750,9 @@ mod tests {
         let weak = Arc::downgrade(&join);
         let later = DropLater::of(&join);
         assert!(later.0.is_some(), "a hash join's plan is held");
-        let rows = collect(join, ctx.task_ctx()).await.unwrap();
+        let rows = collect(join, ctx.task_ctx(), Place::Executor, None)
+            .await
+            .unwrap();
         assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
         assert!(weak.upgrade().is_some(), "held until the holder goes");
         drop(later);
