@@ -835,7 +835,25 @@ async fn run_collect(
                 )))
             })?
         }
-        None => datafusion::physical_plan::collect(physical, task_ctx).await,
+        None => {
+            // A panic while the plan runs here ends the statement with an
+            // internal error (XX000), as a panic on the executor does (its
+            // JoinError), not the session's thread and its connection.
+            use futures::FutureExt;
+            std::panic::AssertUnwindSafe(datafusion::physical_plan::collect(physical, task_ctx))
+                .catch_unwind()
+                .await
+                .map_err(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    datafusion::error::DataFusionError::External(Box::new(crate::Error::Internal(
+                        format!("query execution panicked: {what}"),
+                    )))
+                })?
+        }
     }
 }
 
@@ -1764,5 +1782,55 @@ mod tests {
 
         let scan = plan(&ctx, "SELECT k FROM a").await;
         assert!(DropLater::of(&scan).0.is_none());
+    }
+
+    /// A partition whose stream panics when polled.
+    #[derive(Debug)]
+    struct Panics(SchemaRef);
+
+    impl datafusion::physical_plan::streaming::PartitionStream for Panics {
+        fn schema(&self) -> &SchemaRef {
+            &self.0
+        }
+
+        fn execute(
+            &self,
+            _ctx: Arc<TaskContext>,
+        ) -> datafusion::execution::SendableRecordBatchStream {
+            let stream = futures::stream::once(async {
+                panic!("a broken operator");
+            });
+            Box::pin(
+                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                    self.0.clone(),
+                    stream,
+                ),
+            )
+        }
+    }
+
+    /// A panic in a plan run in place is an internal error of the
+    /// statement (as one on the executor is), not the caller's panic.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_panic_in_a_plan_run_in_place_is_an_internal_error() {
+        let ctx = SessionContext::new();
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let exec = datafusion::physical_plan::streaming::StreamingTableExec::try_new(
+            schema.clone(),
+            vec![Arc::new(Panics(schema))],
+            None,
+            Vec::<datafusion::physical_expr::LexOrdering>::new(),
+            false,
+            None,
+        )
+        .unwrap();
+        let err = collect(Arc::new(exec), ctx.task_ctx(), Place::InPlace, None)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("query execution panicked: a broken operator"),
+            "{err}"
+        );
     }
 }
