@@ -1226,6 +1226,23 @@ impl<'a, K: Key + 'static, V: Value + 'static> Range<'a, K, V> {
         self.inner
             .next_front_with(|key, value| f(K::from_bytes(key), V::from_bytes(value)))
     }
+
+    /// Entries from the front handed to `f` in order, key and value
+    /// borrowed from their page as in [`Range::next_with`], until `f`
+    /// returns false or the entries of the current leaf run out: one call
+    /// reads at most one leaf, so the preparation of a step is paid once
+    /// per leaf. Returns `Ok(true)` if more entries may follow (call again)
+    /// and `Ok(false)` once the range is done. An entry `f` was handed is
+    /// consumed, also the one it returned false for.
+    ///
+    /// (Added in Spindle's vendored copy of redb; not in upstream redb.)
+    pub fn run_with(
+        &mut self,
+        mut f: impl for<'x> FnMut(K::SelfType<'x>, V::SelfType<'x>) -> bool,
+    ) -> Result<bool> {
+        self.inner
+            .run_front_with(|key, value| f(K::from_bytes(key), V::from_bytes(value)))
+    }
 }
 
 /// Under the redb 5 API preview a [`Table`] cannot be mutated while a [`Range`] over it is alive,

@@ -325,6 +325,85 @@ impl<K: Key + 'static, V: Value + 'static> BtreeCursorRange<K, V> {
         }
     }
 
+    // Like `next_front_with`, for a run of entries (a patch of Spindle's
+    // vendored copy): hands `f` the front's entries in order, at most to the
+    // end of the current leaf, until `f` returns false. `Ok(true)`: more
+    // may follow (call again); `Ok(false)`: the range is done. With the back
+    // end started, the ends' positions must be compared at every entry, so
+    // a run is one entry.
+    pub(crate) fn run_front_with(
+        &mut self,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<bool> {
+        if self.errored {
+            return Err(StorageError::PreviousIo);
+        }
+        let result = self.run_front_with_inner(&mut f);
+        if result.is_err() {
+            self.errored = true;
+        }
+        result
+    }
+
+    fn run_front_with_inner(&mut self, f: &mut impl FnMut(&[u8], &[u8]) -> bool) -> Result<bool> {
+        if !self.back.is_uninitialized() {
+            return match self.next_front_with_inner(|key, value| {
+                f(key, value);
+            }) {
+                Some(Ok(())) => Ok(true),
+                Some(Err(err)) => Err(err),
+                None => Ok(false),
+            };
+        }
+        if !self.prepare(Side::Front)? {
+            return Ok(false);
+        }
+        // The back is not started: only the front's own exhaustion and the
+        // upper bound end the range.
+        if !self.cursors_have_remaining()? {
+            self.close();
+            return Ok(false);
+        }
+        let Self {
+            front,
+            upper_bound,
+            front_leaf_within,
+            ..
+        } = self;
+        let Some(cursor) = front.active_mut() else {
+            // `prepare` returned true: the front is active.
+            return Ok(false);
+        };
+        let upper = upper_bound.as_ref().map(Vec::as_slice);
+        let below_upper = |key: &[u8]| match upper {
+            Included(bound) => K::compare(key, bound).is_le(),
+            Excluded(bound) => K::compare(key, bound).is_lt(),
+            Unbounded => true,
+        };
+        let mut past_bound = false;
+        let stepped = cursor.run_with(|key, value, page, last_key| {
+            let within = *front_leaf_within == Some(page)
+                || (below_upper(key) && {
+                    // As in `next_front_with_inner`: a leaf whose last key is
+                    // within the bound needs no more tests.
+                    if last_key().is_some_and(below_upper) {
+                        *front_leaf_within = Some(page);
+                    }
+                    true
+                });
+            if !within {
+                past_bound = true;
+                return false;
+            }
+            f(key, value)
+        })?;
+        if !stepped || past_bound {
+            self.close();
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
     fn next_from(&mut self, side: Side) -> Option<Result<EntryGuard<K, V>>> {
         if self.errored {
             return Some(Err(StorageError::PreviousIo));
