@@ -47,11 +47,16 @@
 //! blocking thread that feeds record batches through a bounded channel.
 //! Rows are decoded from the store's pages into Arrow builders
 //! ([`RowDecoder`]); nothing the query does not project is decoded.
+//! Entries are read in runs (`RowReader::run` over `TxnScan::run_with`):
+//! up to a B-tree leaf's entries per call, so that the store's per-step
+//! preparation is paid per leaf, not per entry; a run ends early at an
+//! entry that leaves a jump to make, a full batch, the budget of a scan
+//! read in place, a LIMIT, or the row with which the scan splits (below).
 //!
 //! A scan of one range that has read 1 024 rows hands the far half of
 //! what is left to a helper thread (`TxnScan::split_off`; a kept thread,
 //! see `helper_threads`). A jump over a row tree's children counts as
-//! three rows read (`split_due`): an interleaved parent-only scan, a seek
+//! three rows read (`rows_before_split`): an interleaved parent-only scan, a seek
 //! per row, splits after 256 rows, about as early in time.
 //!
 //! ```text
@@ -1425,13 +1430,14 @@ fn may_split(request: &ScanRequest, fetches: bool) -> bool {
             .get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
 }
 
-/// Whether a scan that has read `read` rows and made `jumps` jumps over
-/// row trees' children hands the far half of what is left to a helper
-/// with the row it reads next: once it has read [`SPLIT_AFTER`] (a jump
-/// counting [`JUMP_COST`] rows), so that a scan whose rows are each a seek
-/// away from the last is split as early in time as one read in order.
-fn split_due(read: usize, jumps: u64) -> bool {
-    read as u64 + 1 + JUMP_COST * jumps >= SPLIT_AFTER
+/// How many more rows a scan that has read `read` rows and made `jumps`
+/// jumps over row trees' children reads before the one with which it
+/// hands the far half of what is left to a helper (0: the next row): it
+/// splits once it has read [`SPLIT_AFTER`] (a jump counting [`JUMP_COST`]
+/// rows), so that a scan whose rows are each a seek away from the last is
+/// split as early in time as one read in order.
+fn rows_before_split(read: usize, jumps: u64) -> usize {
+    (SPLIT_AFTER.saturating_sub(1 + JUMP_COST * jumps) as usize).saturating_sub(read)
 }
 
 /// Partition 0: reads every range of a [`ScanRequest`] in order.
@@ -1640,7 +1646,7 @@ struct ScanProducer {
     /// The ranges not yet started, and the one being read.
     snapshots: std::vec::IntoIter<Snapshot>,
     current: Option<(TxnScan, RowReader)>,
-    /// A scan of one range that has read enough (`split_due`) hands the
+    /// A scan of one range that has read enough (`rows_before_split`) hands the
     /// far half of what is left to a helper thread (see
     /// `TxnScan::split_off`), whose batches are partition 1's
     /// (`crate::split_scan`), or follow this scan's if they can no longer
@@ -1714,49 +1720,76 @@ impl ScanProducer {
             };
             let jumps_before = reader.jumps;
             let mut more = true;
-            // `None`: the range's end; `Some(true)`: a row produced.
-            let produced_row = match &mut fetch {
+            let full = if self.first_sent {
+                BATCH_ROWS
+            } else {
+                FIRST_BATCH_ROWS
+            };
+            // Entries read, rows produced, and whether the range ended.
+            let (entries, produced, ended) = match &mut fetch {
                 None => {
-                    reader.want_key = self.may_split
-                        && !self.split_tried
-                        && split_due(self.read_before + rows.read(), reader.jumps);
-                    match reader.step(iter, &mut rows).map_err(external)? {
-                        Step::End => None,
-                        Step::Entry(pushed) => {
-                            if reader.want_key && pushed.is_row() {
-                                self.split_tried = true;
-                                if let Some(rest) = iter.split_off(&reader.key) {
-                                    let handed =
-                                        self.handover.as_ref().and_then(|h| h.0.hand_over());
-                                    if let (Some(stats), true) = (&self.stats, handed.is_some()) {
-                                        stats
-                                            .split_scans
-                                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let split_in = if self.may_split && !self.split_tried {
+                        rows_before_split(self.read_before + rows.read(), reader.jumps)
+                    } else {
+                        usize::MAX
+                    };
+                    if split_in > 0 {
+                        // Nothing per row to do before the split is due: a
+                        // run of entries, to the next jump, the batch's
+                        // end, the budget, the limit or the split.
+                        let limits = RunLimits {
+                            entries: budget.map_or(u64::MAX, |b| b - spent),
+                            produced: request
+                                .limit
+                                .map_or(usize::MAX, |l| l.saturating_sub(self.produced)),
+                            buffered: full,
+                            read: rows.read().saturating_add(split_in),
+                        };
+                        let run = reader.run(iter, &mut rows, limits).map_err(external)?;
+                        more = reader.jump(iter);
+                        (run.entries, run.produced, !run.more)
+                    } else {
+                        reader.want_key = true;
+                        match reader.step(iter, &mut rows).map_err(external)? {
+                            Step::End => (1, 0, true),
+                            Step::Entry(pushed) => {
+                                if pushed.is_row() {
+                                    self.split_tried = true;
+                                    if let Some(rest) = iter.split_off(&reader.key) {
+                                        let handed =
+                                            self.handover.as_ref().and_then(|h| h.0.hand_over());
+                                        if let (Some(stats), true) = (&self.stats, handed.is_some())
+                                        {
+                                            stats
+                                                .split_scans
+                                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                        }
+                                        self.tail = Some(Tail::start(
+                                            rest,
+                                            request.clone(),
+                                            self.mgr.clone(),
+                                            self.schema.clone(),
+                                            self.points.clone(),
+                                            handed,
+                                            self.counters.clone(),
+                                        ));
                                     }
-                                    self.tail = Some(Tail::start(
-                                        rest,
-                                        request.clone(),
-                                        self.mgr.clone(),
-                                        self.schema.clone(),
-                                        self.points.clone(),
-                                        handed,
-                                        self.counters.clone(),
-                                    ));
                                 }
+                                reader.want_key = false;
+                                more = reader.jump(iter);
+                                (1, usize::from(pushed == Pushed::Row), false)
                             }
-                            more = reader.jump(iter);
-                            Some(pushed == Pushed::Row)
                         }
                     }
                 }
                 Some((point_reader, entry_keys)) => match iter.next() {
-                    None => None,
+                    None => (1, 0, true),
                     Some(item) => {
                         self.index_entries += 1;
                         let (key, _) = item.map_err(|e| external(crate::Error::from(e)))?;
                         // An index entry: decode the base key, fetch the row.
                         match entry_keys.key_values(&key).map_err(external)? {
-                            None => Some(false),
+                            None => (1, 0, false),
                             Some(pk) => {
                                 let base_key = self_catalog_prefix(&base_chain, &pk, true)
                                     .map_err(external)?;
@@ -1769,23 +1802,16 @@ impl ScanProducer {
                                         base_chain.last().map(|t| t.name.as_str()).unwrap_or("")
                                     ))));
                                 };
-                                Some(rows.push(&base_key, &row).map_err(external)? == Pushed::Row)
+                                let pushed = rows.push(&base_key, &row).map_err(external)?;
+                                (1, usize::from(pushed == Pushed::Row), false)
                             }
                         }
                     }
                 },
             };
-            let ended = produced_row.is_none();
-            spent += 1 + JUMP_COST * (reader.jumps - jumps_before);
-            if produced_row == Some(true) {
-                self.produced += 1;
-            }
+            spent += entries + JUMP_COST * (reader.jumps - jumps_before);
+            self.produced += produced;
             if !ended {
-                let full = if self.first_sent {
-                    BATCH_ROWS
-                } else {
-                    FIRST_BATCH_ROWS
-                };
                 if rows.len() >= full {
                     self.first_sent = true;
                     if !emit(rows.finish(&self.schema)?) {
@@ -1975,17 +2001,23 @@ pub(crate) fn scan_range_batch(
     let mut reader = RowReader::new(None, request);
     // True once the scan is done.
     let mut step = |budget: Option<usize>| -> crate::Result<bool> {
-        let mut n = 0usize;
-        while let Step::Entry(_) = reader.step(&mut iter, &mut rows)? {
-            if !reader.jump(&mut iter) {
+        let mut n = 0u64;
+        loop {
+            let limits = RunLimits {
+                entries: budget.map_or(u64::MAX, |b| b as u64 - n),
+                produced: usize::MAX,
+                buffered: usize::MAX,
+                read: usize::MAX,
+            };
+            let run = reader.run(&mut iter, &mut rows, limits)?;
+            n += run.entries;
+            if !run.more || !reader.jump(&mut iter) {
                 return Ok(true);
             }
-            n += 1;
-            if budget.is_some_and(|b| n >= b) {
+            if budget.is_some_and(|b| n >= b as u64) {
                 return Ok(false);
             }
         }
-        Ok(true)
     };
     if !step(Some(inline_entries))? {
         crate::blocking(|| step(None))?;
@@ -2008,8 +2040,15 @@ fn read_rows(
     emit: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> datafusion::error::Result<()> {
     let mut full = first_batch;
-    while let Step::Entry(_) = reader.step(iter, rows).map_err(external)? {
-        let more = reader.jump(iter);
+    loop {
+        let limits = RunLimits {
+            entries: u64::MAX,
+            produced: usize::MAX,
+            buffered: full,
+            read: usize::MAX,
+        };
+        let run = reader.run(iter, rows, limits).map_err(external)?;
+        let more = run.more && reader.jump(iter);
         if rows.len() >= full {
             full = BATCH_ROWS;
             if !emit(rows.finish(schema)?) {
@@ -2031,6 +2070,25 @@ enum Step {
     /// An entry was read, and what the decoder did with it.
     Entry(Pushed),
     End,
+}
+
+/// Where a [`RowReader::run`] stops: after the entry that reaches one of
+/// these (each counted from the run's start, except `buffered` and
+/// `read`, which are the decoder's `len` and `read`).
+struct RunLimits {
+    entries: u64,
+    produced: usize,
+    buffered: usize,
+    read: usize,
+}
+
+/// What a [`RowReader::run`] did.
+struct Run {
+    entries: u64,
+    /// Rows decoded (not skipped by the row filter).
+    produced: usize,
+    /// False: the range is done.
+    more: bool,
 }
 
 /// Reads the rows of one table from a scan of its key range, jumping over
@@ -2076,51 +2134,99 @@ impl RowReader {
 
     /// Reads one entry, decoding it straight from the store's pages.
     fn step(&mut self, iter: &mut TxnScan, rows: &mut RowDecoder) -> crate::Result<Step> {
-        let step = iter.next_with(|key, value| {
-            self.entries += 1;
-            if let Some(points) = self.points.as_mut() {
-                // A key outside every point is not decoded: the scan
-                // seeks to the next point (or stops after the last).
-                match points.place(key) {
-                    Place::Inside => {}
-                    Place::Before(start) => {
-                        self.jump_key.clear();
-                        self.jump_key.extend_from_slice(start);
-                        self.pending_jump = Jump::To;
-                        return Ok(Pushed::Other);
-                    }
-                    Place::Past => {
-                        self.pending_jump = Jump::Past;
-                        return Ok(Pushed::Other);
-                    }
-                }
-            }
-            let pushed = rows.push(key, value)?;
-            if pushed.is_row() && self.want_key {
-                self.key.clear();
-                self.key.extend_from_slice(key);
-            }
-            // A skipped row is still a row: its tree is jumped over.
-            self.pending_jump = if pushed.is_row() && self.jump_after_rows {
-                Jump::past(key, &mut self.jump_key)
-            } else if pushed.is_row() {
-                if !self.alone {
-                    self.last_row.clear();
-                    self.last_row.extend_from_slice(key);
-                }
-                Jump::None
-            } else if !self.last_row.is_empty() && key.starts_with(&self.last_row) {
-                self.jump_after_rows = true;
-                Jump::past(&self.last_row, &mut self.jump_key)
-            } else {
-                Jump::None
-            };
-            Ok::<_, crate::Error>(pushed)
-        });
+        let step = iter.next_with(|key, value| self.entry(key, value, rows));
         match step {
             None => Ok(Step::End),
             Some(r) => Ok(Step::Entry(r??)),
         }
+    }
+
+    /// Reads entries as [`RowReader::step`] does, several in one call (at
+    /// most a B-tree leaf's, `TxnScan::run_with`), until an entry leaves a
+    /// jump to make (`jump` then makes it) or one of `limits` is reached.
+    /// `want_key` is not honoured: a run is for stretches where no row's
+    /// key is wanted.
+    fn run(
+        &mut self,
+        iter: &mut TxnScan,
+        rows: &mut RowDecoder,
+        limits: RunLimits,
+    ) -> crate::Result<Run> {
+        let mut run = Run {
+            entries: 0,
+            produced: 0,
+            more: true,
+        };
+        let mut failed = None;
+        let more = iter.run_with(|key, value| {
+            run.entries += 1;
+            match self.entry(key, value, rows) {
+                Ok(pushed) => {
+                    if pushed == Pushed::Row {
+                        run.produced += 1;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    return false;
+                }
+            }
+            self.pending_jump == Jump::None
+                && run.entries < limits.entries
+                && run.produced < limits.produced
+                && rows.len() < limits.buffered
+                && rows.read() < limits.read
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        run.more = more?;
+        Ok(run)
+    }
+
+    /// What `step` and `run` do with one entry: skip it if it lies outside
+    /// the points (deciding the jump to the next), else decode it and
+    /// decide whether the row's tree is to be jumped over.
+    fn entry(&mut self, key: &[u8], value: &[u8], rows: &mut RowDecoder) -> crate::Result<Pushed> {
+        self.entries += 1;
+        if let Some(points) = self.points.as_mut() {
+            // A key outside every point is not decoded: the scan
+            // seeks to the next point (or stops after the last).
+            match points.place(key) {
+                Place::Inside => {}
+                Place::Before(start) => {
+                    self.jump_key.clear();
+                    self.jump_key.extend_from_slice(start);
+                    self.pending_jump = Jump::To;
+                    return Ok(Pushed::Other);
+                }
+                Place::Past => {
+                    self.pending_jump = Jump::Past;
+                    return Ok(Pushed::Other);
+                }
+            }
+        }
+        let pushed = rows.push(key, value)?;
+        if pushed.is_row() && self.want_key {
+            self.key.clear();
+            self.key.extend_from_slice(key);
+        }
+        // A skipped row is still a row: its tree is jumped over.
+        self.pending_jump = if pushed.is_row() && self.jump_after_rows {
+            Jump::past(key, &mut self.jump_key)
+        } else if pushed.is_row() {
+            if !self.alone {
+                self.last_row.clear();
+                self.last_row.extend_from_slice(key);
+            }
+            Jump::None
+        } else if !self.last_row.is_empty() && key.starts_with(&self.last_row) {
+            self.jump_after_rows = true;
+            Jump::past(&self.last_row, &mut self.jump_key)
+        } else {
+            Jump::None
+        };
+        Ok(pushed)
     }
 
     /// Makes the jump the last step decided on, if any; false if it goes
@@ -2215,7 +2321,7 @@ pub struct RowDecoder<'a> {
     /// The request's row filter, while it pays.
     filter: RowFilterState<'a>,
     /// Rows of the table read (decoded or skipped by the row filter): a
-    /// scan splits after so many rows read (and jumps, see `split_due`),
+    /// scan splits after so many rows read (and jumps, see `rows_before_split`),
     /// not decoded, or a selective filter would keep it on one thread.
     read: usize,
     /// Whether each key is parsed into `spans`: to tell the table's rows

@@ -1,7 +1,7 @@
 //! A long scan read by two threads, as two DataFusion partitions.
 //!
 //! A scan of one range that has read 1 024 rows (a jump over a row
-//! tree's children counting three: `provider::split_due`) hands the far
+//! tree's children counting three: `provider::rows_before_split`) hands the far
 //! half of what is left to a helper thread (`provider`,
 //! `TxnScan::split_off`).
 //! When the scan was planned as two partitions, the helper's batches are
