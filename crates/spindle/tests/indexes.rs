@@ -567,8 +567,10 @@ fn create_index_during_concurrent_writes_misses_nothing() {
                 i += 1;
                 // Leave the backfill a window: under a continuous stream of
                 // commits to the table it would keep retrying (see
-                // `ddl::create_index`).
-                std::thread::sleep(std::time::Duration::from_millis(2));
+                // `ddl::create_index`). With 2 ms, a debug build's attempt
+                // (scan, backfill, commit) sometimes outlasted every window
+                // of its 20 tries: one run in six failed on 2026-11-29.
+                std::thread::sleep(std::time::Duration::from_millis(5));
             }
             i
         })
