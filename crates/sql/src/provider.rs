@@ -1840,12 +1840,10 @@ impl ScanProducer {
             };
             spent += entries + JUMP_COST * (reader.jumps - jumps_before);
             self.produced += produced;
-            if !ended {
-                if rows.len() >= full {
-                    self.first_sent = true;
-                    if !emit(rows.finish(&self.schema)?) {
-                        return Ok(self.stop());
-                    }
+            if !ended && rows.len() >= full {
+                self.first_sent = true;
+                if !emit(rows.finish(&self.schema)?) {
+                    return Ok(self.stop());
                 }
             }
             if ended || !more || limit_reached(self.produced) {
