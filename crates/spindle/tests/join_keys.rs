@@ -197,6 +197,16 @@ fn own_writes_and_kept_plans_see_this_runs_keys() {
         scans + 1,
         "the kept plan's scan reads by the join's keys"
     );
+    // More keys (857) than DataFusion's default IN-list cap (150): a plan
+    // whose scan takes a join's keys keeps the engine's cap, in its first
+    // run and as a kept plan (`session::lowers_inlist_cap`); with the
+    // default cap the join would hand over its hash table, naming no keys.
+    let most = sql.replace("o.seg = 'b'", "o.seg <> 'b'");
+    for run in ["first", "kept"] {
+        let scans = by_keys();
+        assert_eq!(rows(&mut s, &most).len(), 1);
+        assert_eq!(by_keys(), scans + 1, "{run} run of the 857-key join");
+    }
     // The build side changes: the kept plan's next run must read the new
     // keys, not the ones its filter held last time.
     db.execute("UPDATE ord SET seg = 'b' WHERE oid = 0", &[])

@@ -1123,6 +1123,12 @@ impl SpindleScanExec {
         &self.parts.describe
     }
 
+    /// Whether the scan reads a hash join's build keys by seeking
+    /// ([`crate::join_keys`]).
+    pub(crate) fn takes_join_keys(&self) -> bool {
+        !self.join_keys.is_empty()
+    }
+
     /// The same scan (ranges, columns, output order) in another
     /// transaction, which records the ranges as its reads.
     pub(crate) fn rebind(&self, txn: &TxnHandle) -> datafusion::error::Result<SpindleScanExec> {

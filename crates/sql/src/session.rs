@@ -120,8 +120,9 @@ pub struct Engine {
     /// Scan counters, shared with every statement's DataFusion config.
     scan_stats: Arc<crate::join_keys::ScanStats>,
     /// The task context kept plans run with, made once from `base`: index
-    /// 0 without the executor, 1 with it ([`Engine::kept_task_ctx`]).
-    kept_ctx: [std::sync::OnceLock<Arc<TaskContext>>; 2],
+    /// Without / with the executor, then the same with DataFusion's
+    /// default IN-list cap ([`Engine::kept_task_ctx`]).
+    kept_ctx: [std::sync::OnceLock<Arc<TaskContext>>; 4],
 }
 
 /// [`Engine::set_executor`]'s runtime, carried in a statement's DataFusion
@@ -306,13 +307,19 @@ impl Engine {
     /// the clock, and its scans read through the transaction they were
     /// re-bound to. It only needs the configuration (the executor, the
     /// scan counters) and the runtime, the same for every statement.
-    fn kept_task_ctx(&self) -> Arc<TaskContext> {
+    /// With `default_inlist_cap`, DataFusion's own cap on a hash join's
+    /// IN lists (`lowers_inlist_cap`).
+    fn kept_task_ctx(&self, default_inlist: bool) -> Arc<TaskContext> {
         let executor = self.executor.get();
-        let slot = &self.kept_ctx[usize::from(executor.is_some())];
+        let slot =
+            &self.kept_ctx[usize::from(executor.is_some()) + 2 * usize::from(default_inlist)];
         slot.get_or_init(|| {
             let mut config = self.base.config().clone();
             if let Some(handle) = executor {
                 config = config.with_extension(Arc::new(Executor(handle.clone())));
+            }
+            if default_inlist {
+                config = default_inlist_cap(config);
             }
             Arc::new(TaskContext::from(&self.base).with_session_config(config))
         })
@@ -460,12 +467,17 @@ impl StatementContext {
             .as_ref()
             .and_then(|key| self.engine.queries.get(key, &catalog))
         {
-            let task_ctx = self.engine.kept_task_ctx();
+            let task_ctx = self.engine.kept_task_ctx(false);
             let physical = crate::query_cache::rebind(
                 kept.physical.clone(),
                 &self.txn,
                 task_ctx.session_config().options(),
             )?;
+            let task_ctx = if lowers_inlist_cap(&physical) {
+                self.engine.kept_task_ctx(true)
+            } else {
+                task_ctx
+            };
             let place = if kept.runs_inline() && executor_for(&task_ctx).is_some() {
                 self.engine.queries.count_inline_run();
                 Place::InPlace
@@ -493,13 +505,8 @@ impl StatementContext {
         } else {
             None
         };
-        let batches = collect(
-            planned.physical,
-            state.task_ctx(),
-            Place::Executor,
-            kept.as_deref(),
-        )
-        .await?;
+        let task_ctx = plan_task_ctx(&state, &planned.physical);
+        let batches = collect(planned.physical, task_ctx, Place::Executor, kept.as_deref()).await?;
         named_output(planned.schema, batches)
     }
 
@@ -660,7 +667,8 @@ pub(crate) async fn run_plan(
     stmt: ast::Statement,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let planned = plan_query(&state, stmt).await?;
-    let batches = collect(planned.physical, state.task_ctx(), Place::Executor, None).await?;
+    let task_ctx = plan_task_ctx(&state, &planned.physical);
+    let batches = collect(planned.physical, task_ctx, Place::Executor, None).await?;
     named_output(planned.schema, batches)
 }
 
@@ -755,6 +763,63 @@ async fn collect(
     drop(held);
     drop(plan);
     result
+}
+
+/// DataFusion's IN-list cap for a plan none of whose scans reads a join's
+/// keys: its own default.
+const UNUSED_INLIST_MAX_VALUES: usize = 150;
+
+/// Whether `plan` runs with DataFusion's default IN-list cap
+/// ([`UNUSED_INLIST_MAX_VALUES`]). A hash join hands its build side's keys
+/// to its probe side as an IN list of up to
+/// `hash_join_inlist_pushdown_max_distinct_values` literals — 65 536 here
+/// (`Engine::open`), so that a scan on the join key reads just those keys
+/// ([`crate::join_keys`]) — and beyond that as a reference to its hash
+/// table. A plan whose hash joins feed no such scan would build the lists
+/// for nothing: a literal per build row, made and later freed (12 150 of
+/// them were a quarter of an `orders ⋈ customer` join's time, its probe
+/// side keyed otherwise).
+fn lowers_inlist_cap(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::physical_plan::joins::HashJoinExec;
+    let (mut join, mut keys) = (false, false);
+    // The closure never fails.
+    let _ = plan.apply(|node| {
+        join |= node.downcast_ref::<HashJoinExec>().is_some();
+        keys |= node
+            .downcast_ref::<crate::provider::SpindleScanExec>()
+            .is_some_and(|s| s.takes_join_keys());
+        Ok(if keys {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    join && !keys
+}
+
+/// `config` with DataFusion's default IN-list cap ([`lowers_inlist_cap`]).
+fn default_inlist_cap(mut config: SessionConfig) -> SessionConfig {
+    config
+        .options_mut()
+        .optimizer
+        .hash_join_inlist_pushdown_max_distinct_values = UNUSED_INLIST_MAX_VALUES;
+    config
+}
+
+/// The context a plan planned in `state` runs in ([`lowers_inlist_cap`]).
+fn plan_task_ctx(
+    state: &SessionState,
+    plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> Arc<TaskContext> {
+    if lowers_inlist_cap(plan) {
+        Arc::new(
+            TaskContext::from(state)
+                .with_session_config(default_inlist_cap(state.config().clone())),
+        )
+    } else {
+        state.task_ctx()
+    }
 }
 
 /// The executor a plan of `task_ctx` is handed to ([`Place::Executor`]):
@@ -1782,6 +1847,43 @@ mod tests {
 
         let scan = plan(&ctx, "SELECT k FROM a").await;
         assert!(DropLater::of(&scan).0.is_none());
+    }
+
+    /// A plan with a hash join and no scan that reads a join's keys runs
+    /// with DataFusion's default IN-list cap; a plan without a join with
+    /// the engine's. (Plans whose scans read join keys keep the engine's
+    /// cap: `tests/join_keys.rs`, an 857-key join read by its keys.)
+    #[tokio::test]
+    async fn only_plans_without_join_key_scans_get_the_default_inlist_cap() {
+        let ctx = SessionContext::new();
+        let cap = |ctx: &TaskContext| {
+            ctx.session_config()
+                .options()
+                .optimizer
+                .hash_join_inlist_pushdown_max_distinct_values
+        };
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        for name in ["a", "b"] {
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+            )
+            .unwrap();
+            let table = MemTable::try_new(schema.clone(), vec![vec![batch]]).unwrap();
+            ctx.register_table(name, Arc::new(table)).unwrap();
+        }
+        let mut state = ctx.state();
+        state
+            .config_mut()
+            .options_mut()
+            .optimizer
+            .hash_join_inlist_pushdown_max_distinct_values = 65_536;
+        let join = plan(&ctx, "SELECT a.k FROM a JOIN b ON a.k = b.k").await;
+        assert!(lowers_inlist_cap(&join));
+        assert_eq!(cap(&plan_task_ctx(&state, &join)), UNUSED_INLIST_MAX_VALUES);
+        let scan = plan(&ctx, "SELECT k FROM a").await;
+        assert!(!lowers_inlist_cap(&scan));
+        assert_eq!(cap(&plan_task_ctx(&state, &scan)), 65_536);
     }
 
     /// A partition whose stream panics when polled.
