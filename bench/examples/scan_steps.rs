@@ -35,7 +35,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         k
     };
     for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
-        let writes: Vec<_> = chunk.iter().map(|&i| (key(i), Some(vec![b'v'; 70]))).collect();
+        let writes: Vec<_> = chunk
+            .iter()
+            .map(|&i| (key(i), Some(vec![b'v'; 70])))
+            .collect();
         store.commit(1, &writes)?;
     }
     let start = [0x20u8];

@@ -1814,10 +1814,9 @@ mod tests {
             .unwrap()
     }
 
-    /// A join's plan is held until its result is collected, then freed
-    /// (on a helper thread); a plan without a join is not held at all.
-    #[tokio::test]
-    async fn a_join_plan_is_freed_after_its_query() {
+    /// A context with tables `a` and `b`, each of one INT64 column `k`
+    /// holding 1, 2, 3.
+    fn two_tables() -> SessionContext {
         let ctx = SessionContext::new();
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
         for name in ["a", "b"] {
@@ -1829,6 +1828,14 @@ mod tests {
             let table = MemTable::try_new(schema.clone(), vec![vec![batch]]).unwrap();
             ctx.register_table(name, Arc::new(table)).unwrap();
         }
+        ctx
+    }
+
+    /// A join's plan is held until its result is collected, then freed
+    /// (on a helper thread); a plan without a join is not held at all.
+    #[tokio::test]
+    async fn a_join_plan_is_freed_after_its_query() {
+        let ctx = two_tables();
         let join = plan(&ctx, "SELECT a.k FROM a JOIN b ON a.k = b.k").await;
         let weak = Arc::downgrade(&join);
         let later = DropLater::of(&join);
@@ -1855,23 +1862,13 @@ mod tests {
     /// cap: `tests/join_keys.rs`, an 857-key join read by its keys.)
     #[tokio::test]
     async fn only_plans_without_join_key_scans_get_the_default_inlist_cap() {
-        let ctx = SessionContext::new();
+        let ctx = two_tables();
         let cap = |ctx: &TaskContext| {
             ctx.session_config()
                 .options()
                 .optimizer
                 .hash_join_inlist_pushdown_max_distinct_values
         };
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-        for name in ["a", "b"] {
-            let batch = RecordBatch::try_new(
-                schema.clone(),
-                vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
-            )
-            .unwrap();
-            let table = MemTable::try_new(schema.clone(), vec![vec![batch]]).unwrap();
-            ctx.register_table(name, Arc::new(table)).unwrap();
-        }
         let mut state = ctx.state();
         state
             .config_mut()
