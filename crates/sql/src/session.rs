@@ -119,9 +119,9 @@ pub struct Engine {
     executor: std::sync::OnceLock<tokio::runtime::Handle>,
     /// Scan counters, shared with every statement's DataFusion config.
     scan_stats: Arc<crate::join_keys::ScanStats>,
-    /// The task context kept plans run with, made once from `base`: index
-    /// Without / with the executor, then the same with DataFusion's
-    /// default IN-list cap ([`Engine::kept_task_ctx`]).
+    /// The task contexts kept plans run with, each made once from `base`:
+    /// indexes 0 and 1 without and with the executor, 2 and 3 the same
+    /// with DataFusion's default IN-list cap ([`Engine::kept_task_ctx`]).
     kept_ctx: [std::sync::OnceLock<Arc<TaskContext>>; 4],
 }
 
@@ -307,8 +307,8 @@ impl Engine {
     /// the clock, and its scans read through the transaction they were
     /// re-bound to. It only needs the configuration (the executor, the
     /// scan counters) and the runtime, the same for every statement.
-    /// With `default_inlist_cap`, DataFusion's own cap on a hash join's
-    /// IN lists (`lowers_inlist_cap`).
+    /// With `default_inlist`, DataFusion's own cap on a hash join's IN
+    /// lists (`lowers_inlist_cap`).
     fn kept_task_ctx(&self, default_inlist: bool) -> Arc<TaskContext> {
         let executor = self.executor.get();
         let slot =
@@ -798,12 +798,14 @@ fn lowers_inlist_cap(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -
     join && !keys
 }
 
-/// `config` with DataFusion's default IN-list cap ([`lowers_inlist_cap`]).
+/// `config` with DataFusion's default IN-list cap ([`lowers_inlist_cap`]),
+/// or its own if lower.
 fn default_inlist_cap(mut config: SessionConfig) -> SessionConfig {
-    config
+    let cap = &mut config
         .options_mut()
         .optimizer
-        .hash_join_inlist_pushdown_max_distinct_values = UNUSED_INLIST_MAX_VALUES;
+        .hash_join_inlist_pushdown_max_distinct_values;
+    *cap = (*cap).min(UNUSED_INLIST_MAX_VALUES);
     config
 }
 
