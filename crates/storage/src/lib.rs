@@ -1001,35 +1001,20 @@ impl ScanIter {
     /// the store's pages (no copy); `None` at the end of the scan. The
     /// iterator's `next` is this with the two slices copied.
     pub fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
-        if let Some(e) = self.error.take() {
-            self.inner = None;
-            return Some(Err(e));
-        }
-        let inner = self.inner.as_mut()?;
-        let (ts, decided) = (self.ts, &mut self.decided);
-        // `f` is called at most once: the entry it is called on ends the loop.
+        // A run that stops at its first live entry; a run can end at its
+        // leaf's end having met only older versions and tombstones.
         let mut f = Some(f);
         loop {
-            // Each entry is read in place on its page (`Range::next_with`).
-            let step = inner.next_with(|pk, v| -> Result<Option<R>> {
-                let e = decode_entry(pk, v)?;
-                if e.head {
-                    *decided = false; // a new logical key
-                }
-                if *decided || e.ts > ts {
-                    return Ok(None); // an older version, or one newer than the scan
-                }
-                *decided = true;
-                let Some(value) = e.payload else {
-                    return Ok(None); // a tombstone
-                };
-                Ok(f.take().map(|f| f(e.key, value)))
+            let mut out = None;
+            let more = self.run_with(|k, v| {
+                out = f.take().map(|f| f(k, v));
+                false
             });
-            match step? {
-                Ok(Ok(Some(r))) => return Some(Ok(r)),
-                Ok(Ok(None)) => continue,
-                Ok(Err(e)) => return Some(Err(e)),
-                Err(e) => return Some(Err(redb::Error::from(e).into())),
+            match (more, out) {
+                (Err(e), _) => return Some(Err(e)),
+                (Ok(_), Some(r)) => return Some(Ok(r)),
+                (Ok(true), None) => continue,
+                (Ok(false), None) => return None,
             }
         }
     }

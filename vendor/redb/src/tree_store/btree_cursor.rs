@@ -702,30 +702,14 @@ impl<K: Key + 'static, V: Value + 'static> Cursor<K, V> {
         &mut self,
         f: impl for<'m> FnOnce(&'m [u8], &'m [u8], PageNumber, &dyn Fn() -> Option<&'m [u8]>) -> R,
     ) -> Result<Option<R>> {
-        if !self.ensure_has_entry(Direction::Next)? {
-            return Ok(None);
-        }
-        let Some(leaf) = self.leaf.as_mut() else {
-            // `ensure_has_entry` returned true: the cursor is on a leaf.
-            return Ok(None);
-        };
-        let position = leaf.position;
-        leaf.position += 1;
-        let len = leaf.len;
-        let page_number = leaf.page.get_page_number();
-        let memory = leaf.page.memory();
-        let accessor = LeafAccessor::new(memory, K::fixed_width(), V::fixed_width());
-        let Some((key, value)) = accessor.entry_ranges(position) else {
-            return Err(StorageError::Corrupted(
-                "cursor entry missing from its leaf".to_string(),
-            ));
-        };
-        let last_key = || {
-            len.checked_sub(1)
-                .and_then(|last| accessor.entry_ranges(last))
-                .map(|(key, _)| &memory[key])
-        };
-        Ok(Some(f(&memory[key], &memory[value], page_number, &last_key)))
+        // A run that stops after its first entry.
+        let mut f = Some(f);
+        let mut out = None;
+        self.run_with(|key, value, page, last_key| {
+            out = f.take().map(|f| f(key, value, page, last_key));
+            false
+        })?;
+        Ok(out)
     }
 
     // Like `next_with`, for a run of entries: hands `f` the entries of the

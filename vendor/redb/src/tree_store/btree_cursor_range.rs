@@ -38,6 +38,35 @@ impl<C> Slot<C> {
     }
 }
 
+// Whether the front's entry `key`, on leaf `page` whose last key
+// `last_key` returns, is within the range's upper bound (a patch of
+// Spindle's vendored copy). Keys ascend within a leaf: once a leaf's last
+// key is found within the bound, the leaf is remembered in
+// `front_leaf_within` and no key on it is tested again.
+fn front_within<'m, K: Key>(
+    upper: Bound<&[u8]>,
+    front_leaf_within: &mut Option<PageNumber>,
+    key: &'m [u8],
+    page: PageNumber,
+    last_key: &dyn Fn() -> Option<&'m [u8]>,
+) -> bool {
+    let below_upper = |key: &[u8]| match upper {
+        Included(bound) => K::compare(key, bound).is_le(),
+        Excluded(bound) => K::compare(key, bound).is_lt(),
+        Unbounded => true,
+    };
+    if *front_leaf_within == Some(page) {
+        return true;
+    }
+    if !below_upper(key) {
+        return false;
+    }
+    if last_key().is_some_and(below_upper) {
+        *front_leaf_within = Some(page);
+    }
+    true
+}
+
 #[derive(Copy, Clone)]
 enum Side {
     Front,
@@ -297,22 +326,9 @@ impl<K: Key + 'static, V: Value + 'static> BtreeCursorRange<K, V> {
             return None;
         };
         let upper = upper_bound.as_ref().map(Vec::as_slice);
-        let below_upper = |key: &[u8]| match upper {
-            Included(bound) => K::compare(key, bound).is_le(),
-            Excluded(bound) => K::compare(key, bound).is_lt(),
-            Unbounded => true,
-        };
         let stepped = cursor.next_with(|key, value, page, last_key| {
             let within = !check_bound
-                || *front_leaf_within == Some(page)
-                || (below_upper(key) && {
-                    // Keys ascend within a leaf: if its last one is within
-                    // the bound, so is every one the front meets there.
-                    if last_key().is_some_and(below_upper) {
-                        *front_leaf_within = Some(page);
-                    }
-                    true
-                });
+                || front_within::<K>(upper, front_leaf_within, key, page, last_key);
             within.then(|| f(key, value))
         });
         match stepped {
@@ -375,23 +391,9 @@ impl<K: Key + 'static, V: Value + 'static> BtreeCursorRange<K, V> {
             return Ok(false);
         };
         let upper = upper_bound.as_ref().map(Vec::as_slice);
-        let below_upper = |key: &[u8]| match upper {
-            Included(bound) => K::compare(key, bound).is_le(),
-            Excluded(bound) => K::compare(key, bound).is_lt(),
-            Unbounded => true,
-        };
         let mut past_bound = false;
         let stepped = cursor.run_with(|key, value, page, last_key| {
-            let within = *front_leaf_within == Some(page)
-                || (below_upper(key) && {
-                    // As in `next_front_with_inner`: a leaf whose last key is
-                    // within the bound needs no more tests.
-                    if last_key().is_some_and(below_upper) {
-                        *front_leaf_within = Some(page);
-                    }
-                    true
-                });
-            if !within {
+            if !front_within::<K>(upper, front_leaf_within, key, page, last_key) {
                 past_bound = true;
                 return false;
             }
