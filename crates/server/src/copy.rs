@@ -694,6 +694,7 @@ impl Handler {
         let desc = session.describe(&select_sql(&name, &columns)).await?;
         let schema = desc
             .columns
+            .clone()
             .ok_or_else(|| Error::Internal(format!("COPY target {name} has no columns")))?;
         let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let target = target_table(&name)?;

@@ -1187,7 +1187,7 @@ impl QueryParser for Handler {
             sql.to_string(),
             parsed,
             params,
-            desc.columns,
+            desc.columns.clone(),
             tag,
         )))
     }

@@ -49,27 +49,24 @@ pub struct Description {
 }
 
 /// Describes the one statement in `sql`, reading the catalog through `txn`
-/// (the session's open transaction) or a fresh snapshot.
+/// (the session's open transaction) or a fresh snapshot. The text is parsed
+/// once (the engine's parse cache) and described once per catalog: the
+/// description is kept with the parsed text ([`crate::plan_cache`]).
 pub async fn describe(
     engine: &Arc<Engine>,
     txn: Option<TxnHandle>,
     sql: &str,
-) -> Result<Description> {
-    let mut stmts = parser::parse(sql)?;
-    if stmts.len() > 1 {
-        return Err(Error::Syntax(
-            "cannot insert multiple commands into a prepared statement".into(),
-        ));
-    }
-    let Some(stmt) = stmts.pop() else {
-        return Ok(Description::default());
+) -> Result<Arc<Description>> {
+    let parsed = engine.parse_cached(sql)?;
+    let stmt = match parsed.stmts.as_slice() {
+        [] => return Ok(Arc::default()),
+        [stmt] => stmt,
+        _ => {
+            return Err(Error::Syntax(
+                "cannot insert multiple commands into a prepared statement".into(),
+            ))
+        }
     };
-    let nparams = max_placeholder(&stmt);
-    let mut params: Vec<Option<ArrowType>> = vec![None; nparams];
-    // `$n::type` and `CAST($n AS type)` declare the type, as in PostgreSQL.
-    for (n, ty) in cast_placeholders(&stmt) {
-        set(&mut params, n, Some(ty));
-    }
     let txn = match txn {
         Some(t) => t,
         None => Arc::new(Mutex::new(engine.manager().begin()?)),
@@ -79,6 +76,27 @@ pub async fn describe(
         .map_err(|_| Error::Internal("transaction lock poisoned".into()))?
         .catalog()
         .clone();
+    if let Some(kept) = parsed.description(&catalog) {
+        return Ok(kept);
+    }
+    let description = Arc::new(describe_statement(engine, txn, catalog.clone(), stmt.clone()).await?);
+    parsed.keep_description(catalog, description.clone());
+    Ok(description)
+}
+
+/// Describes `stmt` against `catalog` (the catalog of `txn`).
+async fn describe_statement(
+    engine: &Arc<Engine>,
+    txn: TxnHandle,
+    catalog: Arc<Catalog>,
+    stmt: Statement,
+) -> Result<Description> {
+    let nparams = max_placeholder(&stmt);
+    let mut params: Vec<Option<ArrowType>> = vec![None; nparams];
+    // `$n::type` and `CAST($n AS type)` declare the type, as in PostgreSQL.
+    for (n, ty) in cast_placeholders(&stmt) {
+        set(&mut params, n, Some(ty));
+    }
     let plan_types = |stmt: ast::Statement| {
         let engine = engine.clone();
         let catalog = catalog.clone();
@@ -402,4 +420,76 @@ pub fn string_rows(columns: &[String], rows: Vec<Vec<String>>) -> Result<Output>
         schema,
         batches: vec![batch],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn run(session: &mut crate::session::Session, sql: &str) {
+        session.execute(sql, &[]).await.unwrap();
+    }
+
+    fn column_names(d: &Description) -> Vec<String> {
+        d.columns
+            .as_ref()
+            .map(|s| s.fields().iter().map(|f| f.name().clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// A text is described once per catalog: again under the same schema
+    /// it is the kept description; after a schema change, in a transaction
+    /// that changed the schema, and after that transaction rolled back, it
+    /// is described anew against the catalog in force.
+    #[tokio::test]
+    async fn a_description_is_kept_per_catalog() {
+        let engine = Engine::open(None).unwrap();
+        let mut s = engine.session();
+        run(&mut s, "CREATE TABLE t (id bigint PRIMARY KEY, v text)").await;
+        let sql = "SELECT * FROM t WHERE id = $1";
+        let first = s.describe(sql).await.unwrap();
+        assert_eq!(column_names(&first), ["id", "v"]);
+        assert_eq!(first.params, [Some(ArrowType::Int64)]);
+        let again = engine.session().describe(sql).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "described twice under one schema");
+
+        run(&mut s, "ALTER TABLE t ADD COLUMN w double precision").await;
+        let altered = s.describe(sql).await.unwrap();
+        assert_eq!(column_names(&altered), ["id", "v", "w"]);
+
+        // A transaction's own schema change is seen in it, and only there.
+        run(&mut s, "BEGIN").await;
+        run(&mut s, "DROP TABLE t").await;
+        run(&mut s, "CREATE TABLE t (id text PRIMARY KEY, z bigint)").await;
+        let inside = s.describe(sql).await.unwrap();
+        assert_eq!(column_names(&inside), ["id", "z"]);
+        assert_eq!(inside.params, [Some(ArrowType::Utf8)]);
+        let outside = engine.session().describe(sql).await.unwrap();
+        assert_eq!(column_names(&outside), ["id", "v", "w"]);
+        run(&mut s, "ROLLBACK").await;
+        let after = s.describe(sql).await.unwrap();
+        assert_eq!(column_names(&after), ["id", "v", "w"]);
+        assert_eq!(after.params, [Some(ArrowType::Int64)]);
+
+        run(&mut s, "DROP TABLE t").await;
+        assert!(s.describe(sql).await.is_err(), "described a dropped table");
+    }
+
+    /// Errors are never kept: a text that failed to describe is described
+    /// again once its table exists; several statements are refused.
+    #[tokio::test]
+    async fn a_failed_description_is_not_kept() {
+        let engine = Engine::open(None).unwrap();
+        let mut s = engine.session();
+        let sql = "SELECT n FROM later WHERE n > $1";
+        assert!(s.describe(sql).await.is_err());
+        run(&mut s, "CREATE TABLE later (n bigint PRIMARY KEY)").await;
+        let d = s.describe(sql).await.unwrap();
+        assert_eq!(column_names(&d), ["n"]);
+        assert_eq!(d.params, [Some(ArrowType::Int64)]);
+        let err = s.describe("SELECT 1; SELECT 2").await.unwrap_err();
+        assert!(err.to_string().contains("multiple commands"), "{err}");
+        let empty = s.describe("").await.unwrap();
+        assert!(empty.params.is_empty() && empty.columns.is_none());
+    }
 }

@@ -28,6 +28,12 @@
 //!   of another type, a missing one) has written nothing.
 //! * "No fast plan" is cached too, so a statement the fast path cannot run
 //!   costs one pointer comparison per execution, not another match.
+//! * The text's description (parameter types and result columns, the wire
+//!   protocol's Parse/Describe: [`crate::describe`]) is kept the same way,
+//!   under the catalog it was made against: it depends on nothing else
+//!   (the types DataFusion infers come from the schema, never from rows or
+//!   session settings), so a client that sends every statement as an
+//!   unnamed Parse plans it once per schema, not once per execution.
 
 use std::sync::{Arc, Mutex};
 
@@ -42,6 +48,7 @@ use crate::error::Result;
 use crate::fastpath::{
     plan_constant, plan_select, run_constant, run_select, ConstantPlan, SelectPlan,
 };
+use crate::describe::Description;
 use crate::parser::Statement;
 use crate::session::{Output, StatementContext};
 
@@ -108,6 +115,8 @@ pub struct Parsed {
     /// The catalog the plan was made against, and the plan (`None`: the
     /// fast path cannot run the text).
     fast: Mutex<Option<PlannedFor>>,
+    /// The catalog the text was described against, and its description.
+    described: Mutex<Option<(Arc<Catalog>, Arc<Description>)>>,
 }
 
 impl Parsed {
@@ -115,6 +124,25 @@ impl Parsed {
         Parsed {
             stmts,
             fast: Mutex::new(None),
+            described: Mutex::new(None),
+        }
+    }
+
+    /// The description kept for `catalog`, if it was made against it.
+    pub(crate) fn description(&self, catalog: &Arc<Catalog>) -> Option<Arc<Description>> {
+        let kept = self.described.lock().ok()?;
+        kept.as_ref()
+            .filter(|(c, _)| Arc::ptr_eq(c, catalog))
+            .map(|(_, d)| d.clone())
+    }
+
+    /// Keeps `description`, made against `catalog` (replacing one made
+    /// against another).
+    pub(crate) fn keep_description(&self, catalog: Arc<Catalog>, description: Arc<Description>) {
+        // Poisoned: a panic elsewhere; the text is then described anew
+        // each time.
+        if let Ok(mut kept) = self.described.lock() {
+            *kept = Some((catalog, description));
         }
     }
 

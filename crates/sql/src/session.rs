@@ -1205,7 +1205,7 @@ impl Session {
 
     /// Parameter types and result columns of `sql` without running it
     /// (the wire protocol's Describe); see [`crate::describe`].
-    pub async fn describe(&self, sql: &str) -> Result<crate::describe::Description> {
+    pub async fn describe(&self, sql: &str) -> Result<Arc<crate::describe::Description>> {
         crate::describe::describe(&self.engine, self.txn.clone(), sql).await
     }
 
