@@ -1527,3 +1527,54 @@ async fn prepared_statements_follow_schema_changes() {
         Vec::<i64>::new()
     );
 }
+
+/// A text sent again as an unnamed statement (tokio-postgres' `query` with
+/// a `&str`: Parse, Describe, then Bind/Execute) is described from what the
+/// engine kept, and still follows every schema change: the columns a new
+/// column adds, a key's new type after the table is made again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unnamed_statements_follow_schema_changes() {
+    let addr = start(None).await;
+    let a = connect(addr).await;
+    let b = connect(addr).await;
+    a.batch_execute(
+        "CREATE TABLE u (k bigint PRIMARY KEY, v text);
+         INSERT INTO u VALUES (1, 'one'), (2, 'two')",
+    )
+    .await
+    .unwrap();
+    let sql = "SELECT * FROM u WHERE k = $1";
+    for k in [1i64, 2, 1] {
+        let rows = a.query(sql, &[&k]).await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].len(), 2);
+        assert_eq!(rows[0].get::<_, i64>(0), k);
+    }
+
+    b.batch_execute("ALTER TABLE u ADD COLUMN w double precision")
+        .await
+        .unwrap();
+    b.batch_execute("UPDATE u SET w = 2.5 WHERE k = 2")
+        .await
+        .unwrap();
+    let rows = a.query(sql, &[&2i64]).await.unwrap();
+    assert_eq!(rows[0].len(), 3);
+    assert_eq!(rows[0].columns()[2].type_(), &Type::FLOAT8);
+    assert_eq!(rows[0].get::<_, Option<f64>>(2), Some(2.5));
+
+    b.batch_execute(
+        "DROP TABLE u;
+         CREATE TABLE u (k text PRIMARY KEY, n bigint);
+         INSERT INTO u VALUES ('x', 9)",
+    )
+    .await
+    .unwrap();
+    // $1 is now text: the client learns so from the new description.
+    let stmt = a.prepare(sql).await.unwrap();
+    assert_eq!(stmt.params(), &[Type::TEXT]);
+    let rows = a.query(sql, &[&"x"]).await.unwrap();
+    assert_eq!(rows[0].get::<_, &str>(0), "x");
+    assert_eq!(rows[0].get::<_, i64>(1), 9);
+    let e = a.query(sql, &[&1i64]).await.unwrap_err();
+    assert!(e.to_string().contains("error serializing"), "{e:?}");
+}
