@@ -18,6 +18,14 @@
 //! Result columns: a query's planned schema (the same rewrites as
 //! execution, so names and types match what Execute returns), SHOW's one
 //! text column; statements that return no rows have none.
+//!
+//! A description depends on the text and the catalog alone, so it is kept
+//! with the text's parsed statements under the catalog it was made against
+//! ([`crate::plan_cache::Parsed`]) and made again only when the schema
+//! changed: Parse of a known text costs a cache lookup, not a DataFusion
+//! plan (`pgbench -M extended`, a row tree's five statements: 460 against
+//! PostgreSQL's 816 transactions per second before, 788–1 600 against
+//! 688–942 after, bench/README.md). Errors are not kept.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -79,7 +87,8 @@ pub async fn describe(
     if let Some(kept) = parsed.description(&catalog) {
         return Ok(kept);
     }
-    let description = Arc::new(describe_statement(engine, txn, catalog.clone(), stmt.clone()).await?);
+    let description =
+        Arc::new(describe_statement(engine, txn, catalog.clone(), stmt.clone()).await?);
     parsed.keep_description(catalog, description.clone());
     Ok(description)
 }
@@ -451,7 +460,10 @@ mod tests {
         assert_eq!(column_names(&first), ["id", "v"]);
         assert_eq!(first.params, [Some(ArrowType::Int64)]);
         let again = engine.session().describe(sql).await.unwrap();
-        assert!(Arc::ptr_eq(&first, &again), "described twice under one schema");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "described twice under one schema"
+        );
 
         run(&mut s, "ALTER TABLE t ADD COLUMN w double precision").await;
         let altered = s.describe(sql).await.unwrap();

@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use spindle_catalog::Catalog;
 use spindle_keys::Value;
 
+use crate::describe::Description;
 use crate::dml::{
     plan_delete, plan_insert, plan_update, run_delete, run_insert, run_update, DeletePlan,
     InsertPlan, UpdatePlan,
@@ -48,7 +49,6 @@ use crate::error::Result;
 use crate::fastpath::{
     plan_constant, plan_select, run_constant, run_select, ConstantPlan, SelectPlan,
 };
-use crate::describe::Description;
 use crate::parser::Statement;
 use crate::session::{Output, StatementContext};
 
