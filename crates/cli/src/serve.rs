@@ -63,7 +63,7 @@ pub struct ServeArgs {
     /// client's next message this many microseconds before sleeping, while
     /// no more connections are active than half the cores (saves the
     /// wake-up per round trip; 0 turns it off)
-    #[arg(long, value_name = "MICROS", default_value_t = 50)]
+    #[arg(long, value_name = "MICROS", default_value_t = spindle_server::DEFAULT_BUSY_POLL_MICROS)]
     pub busy_poll_us: u64,
 }
 

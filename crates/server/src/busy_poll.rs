@@ -37,6 +37,20 @@
 //! 2.3–2.6 k → 3.6–4.4 k. At 4 clients nobody spins (strace: one `recvfrom`
 //! per statement, as without it).
 //!
+//! The budget (`spindle serve --busy-poll-us`, default
+//! [`crate::DEFAULT_BUSY_POLL_MICROS`] = 200 µs) must cover the client's
+//! gap between our reply and its next message: its own wake-up plus its
+//! handling of the reply. 50 µs covered pgbench (C, a tight loop) but not
+//! a client on an async runtime, whose spins then mostly timed out. The
+//! harness's row-tree read (tokio-postgres, 5 round trips; `compare
+//! --only 4`, 2026-11-29, budgets alternated): against PostgreSQL 0.66 /
+//! 0.87 / 0.99 / 1.08 at 50 µs, 1.39–1.69 at 100 and 150, 1.50–1.65 at
+//! 200, 1.46–2.24 at 300, 1.58–1.62 at 500 (Spindle's p50 per row tree
+//! 720–1 037 µs at 50, 443–587 from 100 on). A Python client (psycopg 3,
+//! binary, prepared): 812 / 827 → 1 309 / 1 572 row trees per second at
+//! 200 µs, the server's CPU per row tree 0.49–0.50 → 0.70–0.75 ms (the
+//! spinning). A miss costs at most the budget and backs off ([`Payoff`]).
+//!
 //! The window state is one atomic word:
 //!
 //! ```text

@@ -106,9 +106,15 @@ pub struct Config {
     pub require_tls: bool,
     /// Microseconds a connection thread may spin for its client's next
     /// message before it parks, while the server is lightly loaded (see
-    /// `busy_poll`); 0 never spins.
+    /// `busy_poll`); 0 never spins. `spindle serve` uses
+    /// [`DEFAULT_BUSY_POLL_MICROS`].
     pub busy_poll_micros: u64,
 }
+
+/// `spindle serve`'s busy-polling budget: long enough for a client's next
+/// statement to arrive from an async driver on a virtual machine (the
+/// client's own wake-up and its handling of the reply), see `busy_poll`.
+pub const DEFAULT_BUSY_POLL_MICROS: u64 = 200;
 
 /// A server over one database.
 pub struct Server {

@@ -110,9 +110,9 @@ impl Inner {
             let server = spindle_server::Server::bind(
                 engine,
                 "127.0.0.1:0".parse().unwrap(),
-                // `spindle serve`'s default busy polling (50 µs).
+                // `spindle serve`'s default busy polling.
                 spindle_server::Config {
-                    busy_poll_micros: 50,
+                    busy_poll_micros: spindle_server::DEFAULT_BUSY_POLL_MICROS,
                     ..Default::default()
                 },
             )
