@@ -13,6 +13,8 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE Parents (A INT64 NOT NULL, B STRING(MAX) NOT NULL, V INT64, W STRING(MAX), T TIMESTAMP, J JSON) PRIMARY KEY (A, B DESC)",
     "CREATE TABLE Kids (A INT64 NOT NULL, B STRING(MAX) NOT NULL, K INT64 NOT NULL, X INT64) PRIMARY KEY (A, B DESC, K), INTERLEAVE IN PARENT Parents ON DELETE CASCADE",
     "CREATE INDEX ParentsByV ON Parents (V) STORING (W)",
+    // Rows with a NULL W or V have no entry.
+    "CREATE NULL_FILTERED INDEX ParentsByWV ON Parents (W, V)",
     // No index, no parent: an INSERT's row borrows its parameters.
     "CREATE TABLE Loose (K INT64 NOT NULL, S STRING(4), F FLOAT64, N INT64 NOT NULL, J JSON) PRIMARY KEY (K)",
 ];
@@ -160,6 +162,14 @@ const SELECTS: &[&str] = &[
     "SELECT w, v FROM Parents WHERE a > $1 AND a <= 5",
     // Every column type (TIMESTAMP, JSON with its metadata) over a range.
     "SELECT * FROM Parents WHERE a >= $1",
+    // Through an index: covering (key and STORING columns), or each
+    // entry's row read by key; `=`, a range, both sides bounded.
+    "SELECT a, b, w FROM Parents WHERE v = $1",
+    "SELECT * FROM Parents p WHERE $1 = p.V",
+    "SELECT v, t AS at FROM Parents WHERE v >= $1 AND v < 3",
+    "SELECT w FROM Parents WHERE v > $1",
+    // A NULL_FILTERED index with every indexed column fixed.
+    "SELECT a, b FROM Parents WHERE w = $2 AND v = $1",
 ];
 
 /// Which of [`SELECTS`] the fast path must take (the one comparing a
@@ -280,7 +290,7 @@ proptest! {
 fn other_shapes_take_the_general_path() {
     let db = db();
     db.execute(
-        "INSERT INTO Parents (A, B, V) VALUES (1, 'x', 5), (2, 'y', 6)",
+        "INSERT INTO Parents (A, B, V, W) VALUES (1, 'x', 5, 'w'), (2, 'y', 6, 'v'), (3, 'z', NULL, 'w')",
         &[],
     )
     .unwrap();
@@ -288,7 +298,7 @@ fn other_shapes_take_the_general_path() {
         ("SELECT V FROM Parents WHERE A = 1 AND V = 5", 1),
         ("SELECT V FROM Parents WHERE B = 'x'", 1),
         ("SELECT V FROM Parents WHERE A = 1 AND B > 'a'", 1),
-        ("SELECT V FROM Parents WHERE A > 0 AND A > 1", 1),
+        ("SELECT V FROM Parents WHERE A > 0 AND A > 1", 2),
         (
             "SELECT V FROM Parents WHERE A = 1 AND B = 'x' ORDER BY V",
             1,
@@ -303,6 +313,17 @@ fn other_shapes_take_the_general_path() {
             1,
         ),
         ("SELECT count(*) FROM Parents WHERE A = 1 AND B = 'x'", 1),
+        // An index with the table's leading key column: the general path
+        // weighs the table's key too.
+        ("SELECT W FROM Parents WHERE V = 5 AND A = 1", 1),
+        // A NULL_FILTERED index lacks the rows with a NULL V: not read
+        // for W alone.
+        ("SELECT A FROM Parents WHERE W = 'w'", 2),
+        // Another condition beside the index's key.
+        (
+            "SELECT A FROM Parents WHERE V = 5 AND W = 'w' AND T IS NULL",
+            1,
+        ),
     ] {
         let before = db.engine().fast_path_count();
         let got = db.query(sql, &[]).unwrap().num_rows();
@@ -361,6 +382,10 @@ fn long_fast_scans_match_the_general_path() {
         // No key column read: the kids' entries are still told apart.
         "SELECT V FROM Parents WHERE A = 1",
         "SELECT B, K FROM Kids WHERE A = 1",
+        // Through the index on V, in the index's order, as the general
+        // path reads it: covering, and each entry's row fetched by key.
+        "SELECT A, B, W FROM Parents WHERE V >= 1",
+        "SELECT B, T FROM Parents WHERE V > 0 AND V <= 700",
     ] {
         let before = db.engine().fast_path_count();
         let fast = db.query(sql, &[]).unwrap();

@@ -460,6 +460,7 @@ pub(crate) struct SelectPlan {
     pub(crate) for_update: bool,
     table: Table,
     schema: SchemaRef,
+    /// Over the table's key, or over the index's ([`SelectPlan::index`]).
     range: KeyRange<Slot>,
     /// The table's ancestry and the output columns (indexes into
     /// `table.columns`): a range's scan, a point read's columns.
@@ -467,6 +468,22 @@ pub(crate) struct SelectPlan {
     /// The table's key layout: a point read's key without a catalog
     /// lookup, and where its key columns are.
     codec: RowCodec,
+    /// Read through a secondary index instead of the table's key.
+    index: Option<IndexRead>,
+}
+
+/// How a [`SelectPlan`] reads through an index whose key the WHERE
+/// constrains: the entries in the key range, and, unless the index covers
+/// the output, each entry's base row by key.
+#[derive(Debug)]
+struct IndexRead {
+    /// The index's virtual table (`Catalog::index_chain`): the range's
+    /// key columns and types.
+    key_table: Table,
+    /// The index's chain; the output columns' positions in an entry
+    /// (covering), else the base table's key columns' positions.
+    entries: ScanRequest,
+    covering: bool,
 }
 
 /// `SELECT cols FROM t WHERE <key equality prefix [and a range]>`: the
@@ -563,7 +580,17 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
     if names.windows(2).any(|w| w[0] == w[1]) {
         return None;
     }
-    let range = match_key_range(table, &qualifiers, Some(selection))?;
+    let out_columns: Vec<usize> = out.iter().map(|(i, _)| *i).collect();
+    let (range, index) = match match_key_range(table, &qualifiers, Some(selection)) {
+        Some(range) => (range, None),
+        // FOR UPDATE only by the primary key.
+        None if !for_update => {
+            let (range, read) =
+                plan_index_read(catalog, table, &qualifiers, selection, &out_columns)?;
+            (range, Some(read))
+        }
+        None => return None,
+    };
     // FOR UPDATE locks one row, named by its full key; over a range it
     // takes the general path (which takes no lock).
     let point = matches!(&range, KeyRange::Scan { eq, lower: None, upper: None }
@@ -596,7 +623,111 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
         range,
         request,
         codec: RowCodec::new(catalog, table).ok()?,
+        index,
     })
+}
+
+/// The index through which the general path would read a WHERE that says
+/// nothing the table's own key can use ([`crate::provider`]'s
+/// `SpindleTable::choose`, by the same costs, so that rows come in the
+/// same order), when that WHERE is all `=` on leading columns of the
+/// index's key and bounds on the next one; `None` otherwise (a full scan
+/// wins, or the WHERE has other conditions).
+///
+/// A NULL_FILTERED index serves only a WHERE that fixes every indexed
+/// column by `=` (it has no entries for rows with NULL in one of them);
+/// the table's row copy is never read here, but it competes as the
+/// general path lets it.
+fn plan_index_read(
+    catalog: &Catalog,
+    table: &Table,
+    qualifiers: &[String],
+    selection: &ast::Expr,
+    out: &[usize],
+) -> Option<(KeyRange<Slot>, IndexRead)> {
+    let has_row_trees = catalog.has_interleaved(&table.name);
+    let mut best_cost = crate::provider::full_read_cost(has_row_trees);
+    let mut best: Option<(KeyRange<Slot>, crate::index::IndexPlan, bool)> = None;
+    for index in catalog.table_indexes(&table.name) {
+        let ip = crate::index::IndexPlan::new(catalog, index).ok()?;
+        let vt = ip.virtual_table();
+        let covering = out
+            .iter()
+            .all(|c| vt.column(&table.columns[*c].name).is_some());
+        if index.row_copy {
+            // Read instead of row trees: covering, not narrowed.
+            if has_row_trees && ip.chain.len() == 1 {
+                best_cost = best_cost.min(crate::provider::index_read_cost(&ip, 0, 0, true));
+            }
+            continue;
+        }
+        let Some(range) = match_key_range(vt, qualifiers, Some(selection)) else {
+            continue;
+        };
+        let (eq, bounds) = match &range {
+            KeyRange::Nothing => (index.columns.len(), 0),
+            KeyRange::Scan { eq, lower, upper } => (
+                eq.len(),
+                usize::from(lower.is_some()) + usize::from(upper.is_some()),
+            ),
+        };
+        // Only columns the query may name: visible in the table. And
+        // none that narrows the table's own key (its first key column):
+        // the general path would weigh that read too.
+        let named = vt.primary_key.iter().take(eq + usize::from(bounds > 0));
+        if named
+            .clone()
+            .map(|k| table.column(&k.name))
+            .any(|c| c.is_none_or(|c| c.hidden))
+            || named
+                .clone()
+                .any(|k| table.primary_key.first().is_some_and(|p| p.name == k.name))
+        {
+            continue;
+        }
+        if index.null_filtered && eq < index.columns.len() {
+            continue;
+        }
+        if eq == 0 && bounds == 0 {
+            continue;
+        }
+        let cost = crate::provider::index_read_cost(&ip, eq, bounds, covering);
+        if cost < best_cost {
+            best_cost = cost;
+            best = Some((range, ip, covering));
+        }
+    }
+    // A row copy or the table's own keys won: the general path scans.
+    let (range, ip, covering) = best?;
+    let vt = ip.virtual_table().clone();
+    let columns = if covering {
+        out.iter()
+            .map(|c| vt.column_index(&table.columns[*c].name))
+            .collect::<Option<Vec<usize>>>()?
+    } else {
+        table
+            .primary_key
+            .iter()
+            .map(|k| vt.column_index(&k.name))
+            .collect::<Option<Vec<usize>>>()?
+    };
+    let entries = ScanRequest {
+        // A global index's entries are alone in their key space.
+        alone: ip.chain.len() == 1,
+        chain: ip.chain,
+        ranges: Vec::new(),
+        columns,
+        limit: None,
+        filter: None,
+    };
+    Some((
+        range,
+        IndexRead {
+            key_table: vt,
+            entries,
+            covering,
+        },
+    ))
 }
 
 /// `SELECT <literal or parameter> [AS name], …` and nothing else (no
@@ -677,6 +808,9 @@ pub(crate) fn run_select(
     params: &[Value],
 ) -> Result<Option<Output>> {
     let table = &plan.table;
+    if let Some(read) = &plan.index {
+        return run_index_select(ctx, catalog, plan, read, params);
+    }
     let Some(range) = plan.range.resolve(table, params) else {
         return Ok(None);
     };
@@ -723,6 +857,56 @@ pub(crate) fn run_select(
     Ok(Some(Output::Rows {
         schema: plan.schema.clone(),
         batches: row.into_iter().collect(),
+    }))
+}
+
+/// [`run_select`] through an index: the entries in the range, the output
+/// decoded from them (covering) or from each one's base row.
+fn run_index_select(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    plan: &SelectPlan,
+    read: &IndexRead,
+    params: &[Value],
+) -> Result<Option<Output>> {
+    let Some(range) = plan.range.resolve(&read.key_table, params) else {
+        return Ok(None);
+    };
+    let batch = match range {
+        KeyRange::Nothing => None,
+        KeyRange::Scan { eq, lower, upper } => {
+            let chain: Vec<&Table> = read.entries.chain.iter().collect();
+            let Some((start, end)) =
+                scan_bounds(catalog, &chain, &eq, lower.as_ref(), upper.as_ref())
+            else {
+                return Ok(None);
+            };
+            let txn = ctx.lock()?;
+            if read.covering {
+                crate::provider::scan_range_batch(
+                    &txn,
+                    &read.entries,
+                    &plan.schema,
+                    &start,
+                    end.as_deref(),
+                    INLINE_SCAN_ENTRIES,
+                )?
+            } else {
+                crate::provider::index_fetch_batch(
+                    &txn,
+                    &read.entries,
+                    &plan.request,
+                    &plan.schema,
+                    &start,
+                    end.as_deref(),
+                    INLINE_SCAN_ENTRIES,
+                )?
+            }
+        }
+    };
+    Ok(Some(Output::Rows {
+        schema: plan.schema.clone(),
+        batches: batch.into_iter().collect(),
     }))
 }
 

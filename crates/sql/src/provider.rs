@@ -407,6 +407,32 @@ fn index_cost(ip: &IndexPlan, plan: &RangePlan, covering: bool) -> f64 {
     plan.selectivity(unique) * if covering { 1.0 } else { FETCH_COST } + 1e-9
 }
 
+/// The estimated cost [`SpindleTable::choose`] gives an index read whose
+/// WHERE fixes `eq` leading key columns of the index by `=` (one point)
+/// and bounds the next one `bounds` ways, for the fast path's choice of
+/// the same index ([`crate::fastpath`]).
+pub(crate) fn index_read_cost(ip: &IndexPlan, eq: usize, bounds: usize, covering: bool) -> f64 {
+    let plan = RangePlan {
+        ranges: Vec::new(),
+        exact: Vec::new(),
+        eq_depth: eq,
+        points: 1,
+        bounds,
+        describe: Vec::new(),
+    };
+    index_cost(ip, &plan, covering)
+}
+
+/// The estimated cost [`SpindleTable::choose`] gives reading all of a
+/// table's own keys (a WHERE that does not narrow its primary key).
+pub(crate) fn full_read_cost(has_row_trees: bool) -> f64 {
+    if has_row_trees {
+        ROW_TREE_COST
+    } else {
+        1.0
+    }
+}
+
 /// Key columns of a chain's last table: name, direction, Arrow type.
 fn key_types(table: &Table) -> Vec<(String, Direction, datafusion::arrow::datatypes::DataType)> {
     table
@@ -2051,6 +2077,58 @@ pub(crate) fn scan_range_batch(
                 return Ok(false);
             }
         }
+    };
+    if !step(Some(inline_entries))? {
+        crate::blocking(|| step(None))?;
+    }
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(rows.finish(schema)?))
+}
+
+/// [`scan_range_batch`] over an index's entries in `[start, end)`, each
+/// entry's base row read by its key: `entries` scans the index's chain and
+/// names the base table's key columns in the entry (its `columns`, in key
+/// order), `base` is the base table's chain and output columns. The reads
+/// are the transaction's (the entry range and each row's key, recorded
+/// for validation; its own writes seen). `None` when no entry is there.
+pub(crate) fn index_fetch_batch(
+    txn: &Transaction,
+    entries: &ScanRequest,
+    base: &ScanRequest,
+    schema: &SchemaRef,
+    start: &[u8],
+    end: Option<&[u8]>,
+    inline_entries: usize,
+) -> crate::Result<Option<RecordBatch>> {
+    let mut iter = txn.scan(start, end);
+    let keys = RowDecoder::new(entries)?;
+    let mut rows = RowDecoder::with_capacity(base, 16)?;
+    let base_chain: Vec<&Table> = base.chain.iter().collect();
+    // True once the scan is done.
+    let mut step = |budget: Option<usize>| -> crate::Result<bool> {
+        let mut n = 0usize;
+        while budget.is_none_or(|b| n < b) {
+            let Some(item) = iter.next_with(|key, _| key.to_vec()) else {
+                return Ok(true);
+            };
+            n += 1;
+            let key = item?;
+            // Rows of the tables an interleaved index lies among.
+            let Some(pk) = keys.key_values(&key)? else {
+                continue;
+            };
+            let base_key = self_catalog_prefix(&base_chain, &pk, true)?;
+            let Some(row) = txn.get(&base_key)? else {
+                return Err(crate::Error::Internal(format!(
+                    "index entry without its row in {}",
+                    base_chain.last().map(|t| t.name.as_str()).unwrap_or("")
+                )));
+            };
+            rows.push(&base_key, &row)?;
+        }
+        Ok(false)
     };
     if !step(Some(inline_entries))? {
         crate::blocking(|| step(None))?;
