@@ -7,6 +7,9 @@
 //! SELECT a FROM t WHERE k1 = $1 AND k2 >= 3 AND k2 < $2     → Transaction::scan, rows
 //!                                   decoded into Arrow as the general scan's
 //!                                   (provider::scan_range_batch)
+//! SELECT a FROM t WHERE i1 = $1 [AND i2 > 3]  (index on i1, i2) → the index's entries in
+//!                                   that range, covering or each row by key
+//!                                   (provider::index_fetch_batch)
 //! UPDATE t SET a = a + 1, b = $2 WHERE k1 = $1 AND k2 = …    → get, compute, put_row
 //! DELETE FROM t WHERE k1 = … AND k2 = …                      → the row tree by key
 //! INSERT INTO t VALUES (1, 'x'), ($1, $2)                    → no query at all (dml.rs)
@@ -14,7 +17,11 @@
 //!
 //! The contract: a statement takes the fast path only if the result is the
 //! one DataFusion would give, and the read recorded for validation covers
-//! what the result depends on (the point read of the row's key). Anything
+//! what the result depends on (the point read of the row's key, the key
+//! range scanned, an index's entry range and each fetched row's key). An
+//! index is read only where the general path would read the same one (its
+//! cost rule, `plan_index_read`), so even the order of rows without ORDER
+//! BY is the same. Anything
 //! the matcher does not recognise exactly — other predicates, expressions,
 //! joins, ORDER BY, hints, key values whose type differs from the key
 //! column's, FLOAT64 keys (where `-0 = 0`) — goes the general way. The
