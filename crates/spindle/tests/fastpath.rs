@@ -744,3 +744,57 @@ fn constant_selects_match_the_general_path() {
         assert_eq!(got, want, "{sql}");
     }
 }
+
+/// An index read on the fast path sees its transaction's own writes (new
+/// entries, an entry moved by an UPDATE, a deleted row's), and what it read
+/// is validated at commit like any read: a row another transaction put in
+/// the range read makes a writing transaction fail with 40001.
+#[test]
+fn index_reads_see_own_writes_and_are_validated() {
+    let db = db();
+    db.execute(
+        "INSERT INTO Parents (A, B, V, W) VALUES (1, 'x', 5, 'w'), (2, 'y', 5, 'v'), (3, 'z', 6, 'u')",
+        &[],
+    )
+    .unwrap();
+    let by_v = "SELECT A, W, T FROM Parents WHERE V = $1";
+    let keys = |s: &mut spindle::Session, v: i64| -> Vec<i64> {
+        let before = db.engine().fast_path_count();
+        let rows = s.query(by_v, &[Value::Int64(v)]).unwrap();
+        assert_eq!(db.engine().fast_path_count(), before + 1, "{by_v}");
+        rows.rows()
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<i64>(0).unwrap())
+            .collect()
+    };
+    let mut s = db.session();
+    s.execute("BEGIN", &[]).unwrap();
+    assert_eq!(keys(&mut s, 5), [1, 2]);
+    s.execute("INSERT INTO Parents (A, B, V) VALUES (4, 'q', 5)", &[])
+        .unwrap();
+    s.execute("UPDATE Parents SET V = 6 WHERE A = 1 AND B = 'x'", &[])
+        .unwrap();
+    s.execute("DELETE FROM Parents WHERE A = 3 AND B = 'z'", &[])
+        .unwrap();
+    assert_eq!(keys(&mut s, 5), [2, 4]);
+    assert_eq!(keys(&mut s, 6), [1]);
+    // Outside, nothing of it yet.
+    let mut other = db.session();
+    assert_eq!(keys(&mut other, 5), [1, 2]);
+    s.execute("ROLLBACK", &[]).unwrap();
+    assert_eq!(keys(&mut s, 5), [1, 2]);
+
+    // A writer that read V = 6 through the index, overtaken by a commit
+    // that puts a row there, cannot commit.
+    s.execute("BEGIN", &[]).unwrap();
+    assert_eq!(keys(&mut s, 6), [3]);
+    s.execute("INSERT INTO Loose (K, N) VALUES (1, 1)", &[])
+        .unwrap();
+    other
+        .execute("INSERT INTO Parents (A, B, V) VALUES (5, 'n', 6)", &[])
+        .unwrap();
+    let err = s.execute("COMMIT", &[]).unwrap_err();
+    assert_eq!(err.sqlstate(), "40001", "{err}");
+    assert_eq!(keys(&mut s, 6), [3, 5]);
+}
