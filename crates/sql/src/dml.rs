@@ -72,6 +72,15 @@ async fn query_rows(
         Some(crate::parser::Statement::Query(q)) => *q,
         _ => return Err(Error::Internal(format!("not a query: {sql}"))),
     };
+    // The rows of an UPDATE or DELETE whose WHERE names a key range or an
+    // index's leading columns: read by the fast path, not planned (it
+    // declines hidden columns, which only the general path shows here).
+    if let Some(crate::session::Output::Rows { batches, .. }) =
+        crate::fastpath::point_select(ctx, &stmt, false)?
+    {
+        ctx.engine.count_fast_path();
+        return batch_rows(&batches);
+    }
     let (_, batches) = ctx.query(stmt, include_hidden).await?;
     batch_rows(&batches)
 }
