@@ -2059,7 +2059,7 @@ pub(crate) fn scan_range_batch(
     let mut rows = RowDecoder::with_capacity(request, 16)?;
     let mut reader = RowReader::new(None, request);
     // True once the scan is done.
-    let mut step = |budget: Option<usize>| -> crate::Result<bool> {
+    let step = |budget: Option<usize>| -> crate::Result<bool> {
         let mut n = 0u64;
         loop {
             let limits = RunLimits {
@@ -2078,13 +2078,24 @@ pub(crate) fn scan_range_batch(
             }
         }
     };
-    if !step(Some(inline_entries))? {
-        crate::blocking(|| step(None))?;
-    }
+    in_two_parts(inline_entries, step)?;
     if rows.is_empty() {
         return Ok(None);
     }
     Ok(Some(rows.finish(schema)?))
+}
+
+/// Runs a fast-path read's `step` (true once done) for up to `inline`
+/// entries on the calling thread, then to its end through
+/// [`crate::blocking`].
+fn in_two_parts(
+    inline: usize,
+    mut step: impl FnMut(Option<usize>) -> crate::Result<bool>,
+) -> crate::Result<()> {
+    if !step(Some(inline))? {
+        crate::blocking(|| step(None))?;
+    }
+    Ok(())
 }
 
 /// [`scan_range_batch`] over an index's entries in `[start, end)`, each
@@ -2107,7 +2118,7 @@ pub(crate) fn index_fetch_batch(
     let mut rows = RowDecoder::with_capacity(base, 16)?;
     let base_chain: Vec<&Table> = base.chain.iter().collect();
     // True once the scan is done.
-    let mut step = |budget: Option<usize>| -> crate::Result<bool> {
+    let step = |budget: Option<usize>| -> crate::Result<bool> {
         let mut n = 0usize;
         while budget.is_none_or(|b| n < b) {
             let Some(item) = iter.next_with(|key, _| key.to_vec()) else {
@@ -2130,9 +2141,7 @@ pub(crate) fn index_fetch_batch(
         }
         Ok(false)
     };
-    if !step(Some(inline_entries))? {
-        crate::blocking(|| step(None))?;
-    }
+    in_two_parts(inline_entries, step)?;
     if rows.is_empty() {
         return Ok(None);
     }
