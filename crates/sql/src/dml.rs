@@ -1274,7 +1274,17 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     if !matches!(point, Ok(None)) {
         ctx.engine.count_fast_path();
     }
-    let rows = match point? {
+    let fast_rows = match point? {
+        Some(rows) => Some(rows),
+        None => {
+            let rows = update_rows_fast(ctx, &catalog, &table, &q, &u)?;
+            if rows.is_some() {
+                ctx.engine.count_fast_path();
+            }
+            rows
+        }
+    };
+    let rows = match fast_rows {
         Some(rows) => rows,
         None => {
             let mut items: Vec<String> = table
@@ -1309,6 +1319,70 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     };
     let indexes = IndexPlan::for_table(&catalog, &table.name)?;
     write_updates(ctx, &catalog, &table, &targets, &indexes, rows)
+}
+
+/// The rows of an UPDATE as its general SELECT would return them (every
+/// column, then the new values) when the fast path can read them — its
+/// WHERE a key range or an index's leading columns, no FROM list, no
+/// hidden column — and every SET value is one a [`PointUpdate`] computes
+/// ([`SetPlan`]); `None` otherwise (nothing read).
+fn update_rows_fast(
+    ctx: &StatementContext,
+    catalog: &Catalog,
+    table: &Table,
+    qualifier: &str,
+    u: &ast::Update,
+) -> Result<Option<Vec<Vec<Value>>>> {
+    let Some(selection) = &u.selection else {
+        return Ok(None);
+    };
+    if u.from.is_some() || table.columns.iter().any(|c| c.hidden) {
+        return Ok(None);
+    }
+    let Some((t, quals)) = single_table(catalog, &u.table) else {
+        return Ok(None);
+    };
+    if t.name != table.name {
+        return Ok(None);
+    }
+    let Some(sets) = u
+        .assignments
+        .iter()
+        .map(|a| plan_set(table, &quals, &a.value))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    let items: Vec<String> = table
+        .columns
+        .iter()
+        .map(|c| format!("{}.{}", quote_ident(qualifier), quote_ident(&c.name)))
+        .collect();
+    let sql = format!(
+        "SELECT {} FROM {} WHERE {selection}",
+        items.join(", "),
+        u.table
+    );
+    let Some(crate::parser::Statement::Query(stmt)) = crate::parser::parse(&sql)?.pop() else {
+        return Ok(None);
+    };
+    let Some(crate::session::Output::Rows { batches, .. }) =
+        crate::fastpath::point_select(ctx, &stmt, false)?
+    else {
+        return Ok(None);
+    };
+    let mut rows = batch_rows(&batches)?;
+    for row in &mut rows {
+        let mut new = Vec::with_capacity(sets.len());
+        for set in &sets {
+            match set.eval(row, &[]) {
+                None => return Ok(None),
+                Some(v) => new.push(v?),
+            }
+        }
+        row.extend(new);
+    }
+    Ok(Some(rows))
 }
 
 /// The columns an UPDATE's SET assigns, checked: visible, not in the key,
