@@ -1321,6 +1321,28 @@ pub(crate) async fn update(ctx: &StatementContext, u: ast::Update) -> Result<u64
     write_updates(ctx, &catalog, &table, &targets, &indexes, rows)
 }
 
+/// An UPDATE of `table` alone (no FROM list) whose every SET value the
+/// fast path computes ([`SetPlan`]): the target's qualifiers and the plans.
+fn plan_sets(
+    catalog: &Catalog,
+    table: &Table,
+    u: &ast::Update,
+) -> Option<(Vec<String>, Vec<SetPlan>)> {
+    if u.from.is_some() {
+        return None;
+    }
+    let (t, quals) = single_table(catalog, &u.table)?;
+    if t.name != table.name {
+        return None;
+    }
+    let sets = u
+        .assignments
+        .iter()
+        .map(|a| plan_set(table, &quals, &a.value))
+        .collect::<Option<Vec<_>>>()?;
+    Some((quals, sets))
+}
+
 /// The rows of an UPDATE as its general SELECT would return them (every
 /// column, then the new values) when the fast path can read them — its
 /// WHERE a key range or an index's leading columns, no FROM list, no
@@ -1336,21 +1358,10 @@ fn update_rows_fast(
     let Some(selection) = &u.selection else {
         return Ok(None);
     };
-    if u.from.is_some() || table.columns.iter().any(|c| c.hidden) {
+    if table.columns.iter().any(|c| c.hidden) {
         return Ok(None);
     }
-    let Some((t, quals)) = single_table(catalog, &u.table) else {
-        return Ok(None);
-    };
-    if t.name != table.name {
-        return Ok(None);
-    }
-    let Some(sets) = u
-        .assignments
-        .iter()
-        .map(|a| plan_set(table, &quals, &a.value))
-        .collect::<Option<Vec<_>>>()
-    else {
+    let Some((_, sets)) = plan_sets(catalog, table, u) else {
         return Ok(None);
     };
     let items: Vec<String> = table
@@ -1464,19 +1475,8 @@ pub(crate) struct PointUpdate {
 impl PointUpdate {
     /// Plans `u` (whose target is `table`), or `None` for the general path.
     fn plan(catalog: &Catalog, table: &Table, u: &ast::Update) -> Option<PointUpdate> {
-        if u.from.is_some() {
-            return None;
-        }
-        let (t, quals) = single_table(catalog, &u.table)?;
-        if t.name != table.name {
-            return None;
-        }
+        let (quals, sets) = plan_sets(catalog, table, u)?;
         let key = match_point_key(table, &quals, u.selection.as_ref())?;
-        let sets = u
-            .assignments
-            .iter()
-            .map(|a| plan_set(table, &quals, &a.value))
-            .collect::<Option<Vec<_>>>()?;
         let codec = RowCodec::new(catalog, table).ok()?;
         Some(PointUpdate { key, sets, codec })
     }
