@@ -25,3 +25,4 @@ mod retired;
 mod row_filter;
 mod split_scan;
 mod splits;
+mod templates;

@@ -37,6 +37,7 @@ pub(crate) mod index;
 pub mod info_schema;
 pub(crate) mod join_keys;
 pub(crate) mod normalize;
+pub(crate) mod params;
 pub mod parser;
 pub mod pg_catalog;
 pub mod plan_cache;

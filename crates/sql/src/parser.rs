@@ -139,12 +139,23 @@ pub enum Statement {
     Delete(Box<ast::Delete>),
     /// A query (or EXPLAIN) planned and run by DataFusion.
     Query(Box<ast::Statement>),
+    /// A query with parameters and their values: run by its kept
+    /// template ([`crate::params`]), else bound and run as a [`Statement::Query`].
+    PreparedQuery(Box<PreparedQuery>),
     /// SET / SHOW / RESET of a session parameter ([`crate::settings`]).
     Setting(crate::settings::SettingStatement),
     /// EXPLAIN of an INSERT, UPDATE or DELETE: the statement runs in a
     /// transaction that is rolled back, and the result says which splits
     /// its writes touch and whether its commit would take one phase or two.
     ExplainDml(Box<Statement>),
+}
+
+/// A query (`ast::Statement::Query`) with its `$n` in place, and the
+/// values of one execution.
+#[derive(Debug, Clone)]
+pub struct PreparedQuery {
+    pub template: ast::Statement,
+    pub params: Vec<spindle_keys::Value>,
 }
 
 impl Statement {
@@ -169,7 +180,9 @@ impl Statement {
             Statement::Insert { .. } | Statement::InsertText { .. } => "INSERT",
             Statement::Update(_) => "UPDATE",
             Statement::Delete(_) => "DELETE",
-            Statement::Query(_) | Statement::ExplainDml(_) => "SELECT",
+            Statement::Query(_) | Statement::PreparedQuery(_) | Statement::ExplainDml(_) => {
+                "SELECT"
+            }
             Statement::Setting(crate::settings::SettingStatement::Show { .. })
             | Statement::Setting(crate::settings::SettingStatement::ShowAll) => "SHOW",
             Statement::Setting(crate::settings::SettingStatement::Set { value: None, .. })

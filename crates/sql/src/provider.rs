@@ -230,13 +230,35 @@ pub enum Forced {
     Index(String),
 }
 
+/// A Spindle table as DataFusion reads it in one transaction.
 pub struct SpindleTable {
+    shape: TableShape,
+    txn: TxnHandle,
+}
+
+impl std::ops::Deref for SpindleTable {
+    type Target = TableShape;
+    fn deref(&self) -> &TableShape {
+        &self.shape
+    }
+}
+
+impl std::ops::DerefMut for SpindleTable {
+    fn deref_mut(&mut self) -> &mut TableShape {
+        &mut self.shape
+    }
+}
+
+/// What planning a scan of a table needs, apart from the transaction it
+/// reads in: a kept plan's scan template holds it
+/// ([`crate::params`]).
+#[derive(Clone)]
+pub struct TableShape {
     table: Table,
     chain: Vec<Table>,
     schema: SchemaRef,
     /// Indices into `table.columns` of the schema's fields.
     visible: Vec<usize>,
-    txn: TxnHandle,
     indexes: Vec<Arc<IndexPlan>>,
     forced: Forced,
     /// The table is a root with nothing interleaved in it
@@ -275,15 +297,17 @@ impl SpindleTable {
         let has_row_trees = catalog.has_interleaved(&table.name);
         let alone = chain.len() == 1 && !has_row_trees;
         Ok(SpindleTable {
-            alone,
-            has_row_trees,
-            table: table.clone(),
-            chain,
-            schema: table_schema(table, include_hidden),
-            visible,
+            shape: TableShape {
+                alone,
+                has_row_trees,
+                table: table.clone(),
+                chain,
+                schema: table_schema(table, include_hidden),
+                visible,
+                indexes,
+                forced: Forced::Nothing,
+            },
             txn,
-            indexes,
-            forced: Forced::Nothing,
         })
     }
 
@@ -302,7 +326,9 @@ impl SpindleTable {
         self.forced = Forced::Index(index.to_string());
         Ok(self)
     }
+}
 
+impl TableShape {
     /// Whether every column in `columns` (indices into `table.columns`) is
     /// in the index's key or STORING columns.
     fn covers(&self, plan: &IndexPlan, columns: &[usize]) -> bool {
@@ -786,6 +812,22 @@ impl TableProvider for SpindleTable {
         &self,
         filters: &[&Expr],
     ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+        // A template's parameters ([`crate::params`]) are decided on as
+        // values of their types.
+        let owned: Vec<Expr>;
+        let stand_ins: Vec<&Expr>;
+        let filters = if filters
+            .iter()
+            .any(|f| crate::params::any_placeholder(std::slice::from_ref(*f)))
+        {
+            owned = crate::params::with_stand_ins(
+                &filters.iter().map(|f| (*f).clone()).collect::<Vec<_>>(),
+            )?;
+            stand_ins = owned.iter().collect();
+            &stand_ins[..]
+        } else {
+            filters
+        };
         let access = self.choose(filters, None).map_err(external)?;
         // The scan may still pick another path once it knows the projected
         // columns (a covering index): filters are exact only on the
@@ -841,6 +883,42 @@ impl TableProvider for SpindleTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        if crate::params::any_placeholder(filters) {
+            // A kept plan's template ([`crate::params`]): planned with
+            // stand-ins for the parameters, bound to no transaction (its
+            // ranges are not the ones it will read).
+            let mgr = self
+                .txn
+                .lock()
+                .map_err(|_| DataFusionError::Internal("transaction lock poisoned".into()))?
+                .manager()
+                .clone();
+            let template = ScanTemplate {
+                shape: self.shape.clone(),
+                projection: projection.cloned(),
+                filters: filters.to_vec(),
+                limit,
+            };
+            let stand_ins = crate::params::with_stand_ins(filters)?;
+            let (mut scan, signature) = self.shape.parts(projection, &stand_ins, limit)?;
+            scan.template = Some(Arc::new((template, signature)));
+            return Ok(Arc::new(scan.unbound(mgr)?));
+        }
+        let (scan, _) = self.shape.parts(projection, filters, limit)?;
+        Ok(Arc::new(scan.bind(&self.txn)?))
+    }
+}
+
+impl TableShape {
+    /// What a scan of the table's `projection` under `filters` (with at
+    /// most `limit` rows) reads and how, and the decisions that shaped it
+    /// ([`ScanSignature`]).
+    fn parts(
+        &self,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<(ScanParts, ScanSignature)> {
         let refs: Vec<&Expr> = filters.iter().collect();
         let fields: Vec<usize> = match projection {
             Some(p) => p.clone(),
@@ -999,8 +1077,15 @@ impl TableProvider for SpindleTable {
             describe,
             lead_key,
             properties: None,
+            template: None,
         };
-        Ok(Arc::new(scan.bind(&self.txn)?))
+        let signature = ScanSignature {
+            index: access.index,
+            covering: access.covering,
+            exact: access.plan.exact.clone(),
+            splits: may_split(&scan.request, scan.fetch.is_some()),
+        };
+        Ok((scan, signature))
     }
 }
 
@@ -1029,6 +1114,39 @@ struct ScanParts {
     /// aggregate's time on the connection's thread, bench/README.md,
     /// session 39).
     properties: Option<Arc<PlanProperties>>,
+    /// How to plan the scan again for other parameter values, when it
+    /// is part of a kept plan's template ([`crate::params`]), with the
+    /// decisions it was planned with.
+    template: Option<Arc<(ScanTemplate, ScanSignature)>>,
+}
+
+/// A scan planned from filters with parameters (`$1`, …): what it is
+/// planned again from once their values are known.
+#[derive(Clone)]
+pub(crate) struct ScanTemplate {
+    shape: TableShape,
+    projection: Option<Vec<usize>>,
+    filters: Vec<Expr>,
+    limit: Option<usize>,
+}
+
+impl fmt::Debug for ScanTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ScanTemplate({})", self.shape.table.name)
+    }
+}
+
+/// The decisions that shape a scan's place in a plan: the access path,
+/// which filters its ranges enforce (DataFusion dropped those it was told
+/// are exact), and whether it may split into two partitions. A template's
+/// scan planned again for parameter values may stand in the kept plan
+/// only with the same signature as the template's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ScanSignature {
+    index: Option<usize>,
+    covering: bool,
+    exact: Vec<bool>,
+    splits: bool,
 }
 
 impl ScanParts {
@@ -1159,6 +1277,32 @@ impl SpindleScanExec {
     /// transaction, which records the ranges as its reads.
     pub(crate) fn rebind(&self, txn: &TxnHandle) -> datafusion::error::Result<SpindleScanExec> {
         self.parts.clone().bind(txn)
+    }
+
+    /// [`SpindleScanExec::rebind`] for a template's scan: planned again
+    /// with `params` (`$n` is `params[n - 1]`) in its filters. `None`
+    /// when the values shape the scan otherwise than the template's
+    /// stand-ins did ([`ScanSignature`]: a NULL, an IN list with repeated
+    /// values, an empty range): then the kept plan does not fit them.
+    /// A scan that is no template is re-bound as it is.
+    pub(crate) fn rebind_with(
+        &self,
+        txn: &TxnHandle,
+        params: &[ScalarValue],
+    ) -> datafusion::error::Result<Option<SpindleScanExec>> {
+        let Some(template) = &self.parts.template else {
+            return self.rebind(txn).map(Some);
+        };
+        let (t, signature) = template.as_ref();
+        let filters = crate::params::with_values(&t.filters, params)?;
+        let (mut parts, again) = t.shape.parts(t.projection.as_ref(), &filters, t.limit)?;
+        if again != *signature || parts.schema != self.parts.schema {
+            return Ok(None);
+        }
+        // Same schema, ordering and partitions: the template's properties.
+        parts.properties = self.parts.properties.clone();
+        parts.template = Some(template.clone());
+        parts.bind(txn).map(Some)
     }
 
     /// What this binding has read so far, counted as [`INLINE_BUDGET`]

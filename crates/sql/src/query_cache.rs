@@ -49,9 +49,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -113,11 +114,60 @@ fn scan_cost(plan: &Arc<dyn ExecutionPlan>) -> u64 {
     cost
 }
 
+/// A kept plan's key: the query's text and whether hidden columns are
+/// visible ([`key`]).
+type Key = (String, bool);
+
+/// What is kept for a query text with parameters.
+#[derive(Clone)]
+pub(crate) enum Template {
+    /// Its plan, run again for each execution's values, and the types
+    /// of its parameters.
+    Kept {
+        query: Arc<CachedQuery>,
+        types: Arc<[DataType]>,
+    },
+    /// Planned per execution with its values as literals.
+    Declined,
+}
+
+/// `physical` as a kept plan: its scans unbound, so that it holds nothing
+/// of the planning transaction (its uncommitted writes in a scan's
+/// snapshot, an index scan's reader); `None` if a scan cannot be.
+fn keep(
+    catalog: Arc<Catalog>,
+    physical: &Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    mgr: &Arc<TxnManager>,
+) -> Option<CachedQuery> {
+    let unbound = physical.clone().transform_up(|node| {
+        Ok(match node.downcast_ref::<SpindleScanExec>() {
+            Some(scan) => {
+                Transformed::yes(Arc::new(scan.unbind(mgr.clone())?) as Arc<dyn ExecutionPlan>)
+            }
+            None => Transformed::no(node),
+        })
+    });
+    let Ok(Transformed { data: physical, .. }) = unbound else {
+        return None;
+    };
+    Some(CachedQuery {
+        catalog,
+        physical,
+        schema,
+        last_cost: AtomicU64::new(u64::MAX),
+    })
+}
+
 /// The cache, one per engine.
 #[derive(Default)]
 pub(crate) struct QueryCache {
     plans: Mutex<HashMap<(String, bool), Arc<CachedQuery>>>,
     hits: AtomicU64,
+    /// Templates of query texts with parameters ([`crate::params`]), with
+    /// the catalog each was decided under.
+    templates: Mutex<HashMap<Key, (Arc<Catalog>, Template)>>,
+    template_hits: AtomicU64,
     /// Kept plans run on the session's thread ([`CachedQuery::runs_inline`]).
     inline_runs: AtomicU64,
 }
@@ -153,29 +203,63 @@ impl QueryCache {
         schema: SchemaRef,
         mgr: &Arc<TxnManager>,
     ) -> Option<Arc<CachedQuery>> {
-        let unbound = physical.clone().transform_up(|node| {
-            Ok(match node.downcast_ref::<SpindleScanExec>() {
-                Some(scan) => {
-                    Transformed::yes(Arc::new(scan.unbind(mgr.clone())?) as Arc<dyn ExecutionPlan>)
-                }
-                None => Transformed::no(node),
-            })
-        });
-        let Ok(Transformed { data: physical, .. }) = unbound else {
-            return None; // not kept: planned again next time
-        };
+        let kept = Arc::new(keep(catalog, physical, schema, mgr)?);
         let mut map = self.plans.lock().ok()?;
         if map.len() >= ENTRIES {
             map.clear();
         }
-        let kept = Arc::new(CachedQuery {
-            catalog,
-            physical,
-            schema,
-            last_cost: AtomicU64::new(u64::MAX),
-        });
         map.insert(key, kept.clone());
         Some(kept)
+    }
+
+    /// What is kept for a query text with parameters, if it was decided
+    /// under `catalog` ([`crate::params`]).
+    pub fn template(&self, key: &(String, bool), catalog: &Arc<Catalog>) -> Option<Template> {
+        let map = self.templates.lock().ok()?;
+        let (made_for, t) = map.get(key)?;
+        if !Arc::ptr_eq(made_for, catalog) {
+            return None;
+        }
+        Some(t.clone())
+    }
+
+    /// Keeps `template` for a query text under `catalog`, its scans
+    /// unbound (as [`QueryCache::put`]); a kept template whose plan cannot
+    /// be unbound is declined instead.
+    pub fn put_template(
+        &self,
+        key: (String, bool),
+        catalog: Arc<Catalog>,
+        planned: Option<(&Arc<dyn ExecutionPlan>, SchemaRef, Vec<DataType>)>,
+        mgr: &Arc<TxnManager>,
+    ) -> Template {
+        let t = match planned {
+            Some((physical, schema, types)) => match keep(catalog.clone(), physical, schema, mgr) {
+                Some(q) => Template::Kept {
+                    query: Arc::new(q),
+                    types: types.into(),
+                },
+                None => Template::Declined,
+            },
+            None => Template::Declined,
+        };
+        if let Ok(mut map) = self.templates.lock() {
+            if map.len() >= ENTRIES {
+                map.clear();
+            }
+            map.insert(key, (catalog, t.clone()));
+        }
+        t
+    }
+
+    /// Counts an execution that runs a kept template.
+    pub fn count_template_run(&self) {
+        self.template_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Executions that ran a kept template since the engine opened.
+    pub fn template_hits(&self) -> u64 {
+        self.template_hits.load(Ordering::Relaxed)
     }
 
     /// Queries that ran a kept plan since the engine opened.
@@ -259,4 +343,41 @@ pub(crate) fn rebind(
         })
         .map(|t| t.data)?;
     FilterPushdown::new_post_optimization().optimize(fresh, options)
+}
+
+/// [`rebind`] of a template's plan for one execution's `params`: each
+/// template scan planned again with the values (`SpindleScanExec::rebind_with`).
+/// `None` when a scan decides otherwise for them than the template did
+/// (then the query is planned with its values).
+pub(crate) fn rebind_with(
+    plan: Arc<dyn ExecutionPlan>,
+    txn: &TxnHandle,
+    options: &ConfigOptions,
+    params: &[ScalarValue],
+) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut misfit = false;
+    let fresh = plan
+        .transform_up(|node| {
+            if misfit {
+                return Ok(Transformed::no(node));
+            }
+            let fresh: Arc<dyn ExecutionPlan> = match node.downcast_ref::<SpindleScanExec>() {
+                Some(scan) => match scan.rebind_with(txn, params)? {
+                    Some(s) => Arc::new(s),
+                    None => {
+                        misfit = true;
+                        return Ok(Transformed::no(node));
+                    }
+                },
+                None => node.reset_state()?,
+            };
+            Ok(Transformed::yes(fresh))
+        })
+        .map(|t| t.data)?;
+    if misfit {
+        return Ok(None);
+    }
+    FilterPushdown::new_post_optimization()
+        .optimize(fresh, options)
+        .map(Some)
 }

@@ -37,7 +37,7 @@ use spindle_txn::{Transaction, TxnManager};
 use tracing::{debug, info_span, Instrument};
 
 use crate::error::{Error, Result};
-use crate::parser::{self, Statement};
+use crate::parser::{self, PreparedQuery, Statement};
 use crate::plan_cache::Parsed;
 use crate::provider::{SpindleTable, TxnHandle};
 use crate::{bind, ddl, dml, info_schema};
@@ -123,6 +123,22 @@ pub struct Engine {
     /// indexes 0 and 1 without and with the executor, 2 and 3 the same
     /// with DataFusion's default IN-list cap ([`Engine::kept_task_ctx`]).
     kept_ctx: [std::sync::OnceLock<Arc<TaskContext>>; 4],
+    /// The DataFusion session every statement's own is cloned from, made
+    /// for one catalog ([`Engine::catalog_state`]).
+    catalog_state: Mutex<Option<CatalogState>>,
+}
+
+/// `base` with a catalog's functions registered
+/// (`pg_catalog::register_catalog_functions`) and the executor set: what
+/// every statement's DataFusion session starts from while that catalog is
+/// current. Building a session with `SessionStateBuilder` registers every
+/// one of DataFusion's functions anew, 6% of the server's samples under a
+/// stream of small prepared queries; a clone of this copies its maps.
+struct CatalogState {
+    catalog: Arc<Catalog>,
+    /// Whether the executor was set when this was made.
+    executor: bool,
+    state: Arc<SessionState>,
 }
 
 /// [`Engine::set_executor`]'s runtime, carried in a statement's DataFusion
@@ -195,6 +211,7 @@ impl Engine {
             executor: Default::default(),
             scan_stats,
             kept_ctx: Default::default(),
+            catalog_state: Mutex::new(None),
         }))
     }
 
@@ -223,6 +240,12 @@ impl Engine {
     /// again ([`crate::query_cache`]) since the database opened.
     pub fn cached_plan_count(&self) -> u64 {
         self.queries.hits()
+    }
+
+    /// How many executions of queries with parameters ran their kept
+    /// template ([`crate::params`]) since the database opened.
+    pub fn template_plan_count(&self) -> u64 {
+        self.queries.template_hits()
     }
 
     /// How many queries ran a kept plan on the session's own thread
@@ -342,6 +365,35 @@ impl Engine {
         self.df_state_with(public, catalog)
     }
 
+    /// The session a statement's is cloned from while `catalog` is
+    /// current ([`CatalogState`]), made on first use.
+    fn catalog_state(&self, catalog: &Arc<Catalog>) -> Result<Arc<SessionState>> {
+        let executor = self.executor.get();
+        let mut slot = self
+            .catalog_state
+            .lock()
+            .map_err(|_| Error::Internal("the catalog session lock is poisoned".into()))?;
+        if let Some(kept) = slot.as_ref() {
+            if Arc::ptr_eq(&kept.catalog, catalog) && kept.executor == executor.is_some() {
+                return Ok(kept.state.clone());
+            }
+        }
+        let mut state = self.base.clone();
+        crate::pg_catalog::register_catalog_functions(&mut state, catalog.clone())?;
+        if let Some(handle) = executor {
+            state
+                .config_mut()
+                .set_extension(Arc::new(Executor(handle.clone())));
+        }
+        let state = Arc::new(state);
+        *slot = Some(CatalogState {
+            catalog: catalog.clone(),
+            executor: executor.is_some(),
+            state: state.clone(),
+        });
+        Ok(state)
+    }
+
     pub(crate) fn df_state_with(
         &self,
         public: Arc<dyn SchemaProvider>,
@@ -370,19 +422,11 @@ impl Engine {
             "spindle".into(),
             Arc::new(cat),
         );
-        let mut state = SessionStateBuilder::new_from_existing(self.base.clone())
-            .with_catalog_list(Arc::new(list))
-            .build();
+        let mut state = (*self.catalog_state(&catalog)?).clone();
+        state.register_catalog_list(Arc::new(list));
         // now() / current_timestamp are folded to this instant by the
         // optimizer; without it DataFusion fails to evaluate them.
-        let options = Arc::new(state.config_options().as_ref().clone());
-        state.execution_props_mut().mark_start_execution(options);
-        crate::pg_catalog::register_catalog_functions(&mut state, catalog)?;
-        if let Some(handle) = self.executor.get() {
-            state
-                .config_mut()
-                .set_extension(Arc::new(Executor(handle.clone())));
-        }
+        state.mark_start_execution();
         Ok(state)
     }
 }
@@ -510,6 +554,74 @@ impl StatementContext {
         named_output(planned.schema, batches)
     }
 
+    /// Runs `template` (a plain query with `$n`) for `params` by its kept
+    /// plan ([`crate::params`]), planning and keeping it on first use;
+    /// `None` (nothing run) when the text has no template or these values
+    /// do not fit it: then the caller binds them as literals.
+    async fn query_template(
+        &self,
+        template: &ast::Statement,
+        params: &[Value],
+    ) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        let catalog = self.catalog()?;
+        let Some(key) = crate::query_cache::key(template, false) else {
+            return Ok(None);
+        };
+        let kept = match self.engine.queries.template(&key, &catalog) {
+            Some(t) => t,
+            None => {
+                let state = self
+                    .engine
+                    .df_state(catalog.clone(), self.txn.clone(), false)?;
+                // A text that does not plan with its placeholders is
+                // declined: the literal path plans it and reports its
+                // errors as it always did.
+                let planned = plan_template(&state, template.clone(), params.len())
+                    .await
+                    .ok()
+                    .flatten();
+                self.engine.queries.put_template(
+                    key,
+                    catalog,
+                    planned
+                        .as_ref()
+                        .map(|(p, types)| (&p.physical, p.schema.clone(), types.clone())),
+                    &self.engine.mgr,
+                )
+            }
+        };
+        let crate::query_cache::Template::Kept { query, types } = kept else {
+            return Ok(None);
+        };
+        let Some(values) = crate::params::scalars(params, &types) else {
+            return Ok(None);
+        };
+        let task_ctx = self.engine.kept_task_ctx(false);
+        let Some(physical) = crate::query_cache::rebind_with(
+            query.physical.clone(),
+            &self.txn,
+            task_ctx.session_config().options(),
+            &values,
+        )?
+        else {
+            return Ok(None);
+        };
+        self.engine.queries.count_template_run();
+        let task_ctx = if lowers_inlist_cap(&physical) {
+            self.engine.kept_task_ctx(true)
+        } else {
+            task_ctx
+        };
+        let place = if query.runs_inline() && executor_for(&task_ctx).is_some() {
+            self.engine.queries.count_inline_run();
+            Place::InPlace
+        } else {
+            Place::Executor
+        };
+        let batches = collect(physical, task_ctx, place, Some(&query)).await?;
+        named_output(query.schema.clone(), batches).map(Some)
+    }
+
     /// Runs one non-transaction-control statement.
     async fn run(&self, stmt: Statement, read_only: bool) -> Result<Output> {
         // VACUUM and ANALYZE change no data (PostgreSQL runs them in
@@ -518,6 +630,7 @@ impl StatementContext {
             && !matches!(
                 stmt,
                 Statement::Query(_)
+                    | Statement::PreparedQuery(_)
                     | Statement::ExplainDml(_)
                     | Statement::Vacuum { .. }
                     | Statement::Analyze { .. }
@@ -606,6 +719,18 @@ impl StatementContext {
                 let (schema, batches) = self.query(*q, false).await?;
                 Ok(Output::Rows { schema, batches })
             }
+            Statement::PreparedQuery(p) => {
+                if let Some((schema, batches)) = self.query_template(&p.template, &p.params).await?
+                {
+                    return Ok(Output::Rows { schema, batches });
+                }
+                let PreparedQuery { template, params } = *p;
+                let bound = bind::bind_params(vec![Statement::Query(Box::new(template))], &params)?;
+                match bound.into_iter().next() {
+                    Some(stmt @ Statement::Query(_)) => Box::pin(self.run(stmt, read_only)).await,
+                    _ => Err(Error::Internal("a bound query is no query".into())),
+                }
+            }
             Statement::ExplainDml(inner) => self.explain_dml(*inner).await,
             Statement::Begin { .. }
             | Statement::Commit
@@ -681,16 +806,60 @@ struct Planned {
     cacheable: bool,
 }
 
-async fn plan_query(state: &SessionState, mut stmt: ast::Statement) -> Result<Planned> {
+/// `stmt`'s logical plan, after Spindle's rewrites of its syntax tree.
+async fn logical_plan(
+    state: &SessionState,
+    mut stmt: ast::Statement,
+) -> Result<datafusion::logical_expr::LogicalPlan> {
     if let ast::Statement::Query(q) = &mut stmt {
         unique_output_names(&mut q.body);
     }
     spindle_numeric_casts(&mut stmt);
     set_returning_aliases(&mut stmt);
     crate::pg_catalog::rewrite(&mut stmt);
-    let plan = state
+    Ok(state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
+        .await?)
+}
+
+/// Plans `stmt`, a query with `n` parameters, as a template
+/// ([`crate::params`]): its physical plan (template scans unbound, other
+/// scans bound to `state`'s transaction) and its parameters' types, or
+/// `None` when it cannot be one.
+async fn plan_template(
+    state: &SessionState,
+    stmt: ast::Statement,
+    n: usize,
+) -> Result<Option<(Planned, Vec<datafusion::arrow::datatypes::DataType>)>> {
+    let plan = logical_plan(state, stmt).await?;
+    let Some(types) = crate::params::param_types(&plan, n) else {
+        return Ok(None);
+    };
+    let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+    let optimized = state.optimize(&plan)?;
+    let optimized = crate::subquery::rewrite(optimized, state)?;
+    if !crate::params::only_in_scans(&optimized) {
+        return Ok(None);
+    }
+    let physical = state
+        .query_planner()
+        .create_physical_plan(&optimized, state)
         .await?;
+    if !crate::query_cache::cacheable(&plan, &optimized, &physical) {
+        return Ok(None);
+    }
+    Ok(Some((
+        Planned {
+            schema,
+            physical,
+            cacheable: true,
+        },
+        types,
+    )))
+}
+
+async fn plan_query(state: &SessionState, stmt: ast::Statement) -> Result<Planned> {
+    let plan = logical_plan(state, stmt).await?;
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let optimized = state.optimize(&plan)?;
     let optimized = crate::subquery::rewrite(optimized, state)?;
@@ -1304,7 +1473,18 @@ impl Session {
         parsed: &Parsed,
         params: &[Value],
     ) -> Result<Vec<Output>> {
-        let stmts = bind::bind_params(parsed.stmts.clone(), params)?;
+        let stmts = match parsed.stmts.as_slice() {
+            // A query with parameters may run by its kept template.
+            [Statement::Query(q)]
+                if !params.is_empty() && matches!(**q, ast::Statement::Query(_)) =>
+            {
+                vec![Statement::PreparedQuery(Box::new(PreparedQuery {
+                    template: (**q).clone(),
+                    params: params.to_vec(),
+                }))]
+            }
+            _ => bind::bind_params(parsed.stmts.clone(), params)?,
+        };
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in stmts {
             let tag = stmt.tag();
@@ -1654,7 +1834,7 @@ impl Session {
     /// Runs `stmt` in a transaction of its own and commits it, retrying
     /// serialization conflicts.
     async fn autocommit(&mut self, stmt: Statement) -> Result<Output> {
-        let query = matches!(stmt, Statement::Query(_));
+        let query = matches!(stmt, Statement::Query(_) | Statement::PreparedQuery(_));
         let mut attempt = 0;
         loop {
             attempt += 1;
