@@ -725,7 +725,10 @@ fn implicit_transaction(session: &Session, stmts: &[Statement]) -> bool {
         && stmts.iter().any(|s| {
             !matches!(
                 s,
-                Statement::Query(_) | Statement::Setting(_) | Statement::ExplainDml(_)
+                Statement::Query(_)
+                    | Statement::PreparedQuery(_)
+                    | Statement::Setting(_)
+                    | Statement::ExplainDml(_)
             )
         })
 }
@@ -890,7 +893,9 @@ impl Handler {
             .parse_cached(sql)
             .and_then(|s| spindle_sql::bind::bind_params(s.stmts.clone(), &[]))
         {
-            Ok(s) => s,
+            // A query with inline values may run by the kept template of
+            // its parameterized form.
+            Ok(s) => session.with_templates(sql, s),
             Err(e) => {
                 session.fail();
                 client

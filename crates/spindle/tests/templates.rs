@@ -107,8 +107,8 @@ enum Outcome {
     Error(String),
 }
 
-fn run(db: &Database, sql: &str, params: &[Value]) -> Outcome {
-    match db.query(sql, params) {
+fn outcome(r: spindle::Result<spindle::Rows>) -> Outcome {
+    match r {
         Ok(rows) => Outcome::Rows(
             rows.schema
                 .fields()
@@ -124,6 +124,19 @@ fn run(db: &Database, sql: &str, params: &[Value]) -> Outcome {
         ),
         Err(e) => Outcome::Error(e.sqlstate().to_string()),
     }
+}
+
+fn run(db: &Database, sql: &str, params: &[Value]) -> Outcome {
+    outcome(db.query(sql, params))
+}
+
+/// A session that plans every execution with its values
+/// (`plan_cache_mode = force_custom_plan`): the reference.
+fn custom(db: &Database) -> spindle::Session {
+    let mut s = db.session();
+    s.execute("SET plan_cache_mode = force_custom_plan", &[])
+        .unwrap();
+    s
 }
 
 fn value() -> impl Strategy<Value = Value> {
@@ -165,12 +178,31 @@ proptest! {
         runs in prop::collection::vec((0..QUERIES.len(), prop::collection::vec(value(), 2)), 1..12)
     ) {
         let db = db();
+        let mut generic = db.session();
+        let mut reference = custom(&db);
         for (q, values) in runs {
             let (sql, n, _) = QUERIES[q];
             let values = fit(sql, values.into_iter().take(n).collect());
-            let by_template = run(&db, sql, &values);
-            let by_literals = run(&db, &inline(sql, &values), &[]);
-            prop_assert_eq!(by_template, by_literals, "{} with {:?}", sql, values);
+            let expected = outcome(reference.query(sql, &values));
+            prop_assert_eq!(
+                &outcome(reference.query(&inline(sql, &values), &[])),
+                &expected,
+                "{} with {:?} inline, custom plans", sql, values
+            );
+            prop_assert_eq!(
+                &outcome(generic.query(sql, &values)),
+                &expected,
+                "{} with {:?}", sql, values
+            );
+            // Inline values: the text's second execution on runs its
+            // parameterized form's template.
+            for _ in 0..2 {
+                prop_assert_eq!(
+                    &outcome(generic.query(&inline(sql, &values), &[])),
+                    &expected,
+                    "{} with {:?} inline", sql, values
+                );
+            }
         }
     }
 }
@@ -304,4 +336,57 @@ fn a_schema_change_plans_the_template_again() {
     let rows = db.query(star, &[Value::Int64(3), Value::Int64(4)]).unwrap();
     assert_eq!(rows.schema.fields().len(), 5);
     assert_eq!(rows.rows().unwrap().len(), 2);
+}
+
+/// A query sent with its values inline runs the template of its
+/// parameterized form from the second execution of that form on; other
+/// literals (a LIMIT, an ORDER BY position) keep it on the literal path;
+/// `plan_cache_mode = force_custom_plan` turns templates off.
+#[test]
+fn inline_values_use_the_template_of_their_parameterized_form() {
+    let db = db();
+    let count = || db.engine().template_plan_count();
+    let mut s = db.session();
+    let text = |a: i64| format!("SELECT count(*), sum(X) FROM Kids WHERE A = {a}");
+    let sums = |s: &mut spindle::Session, a: i64| outcome(s.query(&text(a), &[]));
+    let mut reference = custom(&db);
+    assert_eq!(sums(&mut s, 1), sums(&mut reference, 1));
+    assert_eq!(count(), 0, "the first sighting runs as sent");
+    for a in [2, 3, 9, -1] {
+        assert_eq!(sums(&mut s, a), sums(&mut reference, a), "A = {a}");
+    }
+    assert_eq!(count(), 4);
+    // Literals outside the scans: planned as sent, every time.
+    for sql in [
+        "SELECT A, B FROM Parents WHERE A = 2 ORDER BY B LIMIT 1",
+        "SELECT A, B FROM Parents WHERE A = 3 ORDER BY 2 DESC",
+        "SELECT A, 7 AS seven FROM Parents WHERE A = 1 ORDER BY B",
+        "SELECT K FROM Kids WHERE A = 1 GROUP BY K ORDER BY 1",
+    ] {
+        for _ in 0..3 {
+            assert_eq!(
+                outcome(s.query(sql, &[])),
+                outcome(reference.query(sql, &[])),
+                "{sql}"
+            );
+        }
+    }
+    assert_eq!(count(), 4, "none of those is a template");
+    // Turned off and on again.
+    s.execute("SET plan_cache_mode = force_custom_plan", &[])
+        .unwrap();
+    sums(&mut s, 2);
+    s.query(
+        "SELECT count(*), sum(X) FROM Kids WHERE A = $1",
+        &[Value::Int64(2)],
+    )
+    .unwrap();
+    assert_eq!(count(), 4);
+    s.execute("SET plan_cache_mode = auto", &[]).unwrap();
+    sums(&mut s, 2);
+    assert_eq!(count(), 5);
+    let err = s
+        .execute("SET plan_cache_mode = sometimes", &[])
+        .unwrap_err();
+    assert_eq!(err.sqlstate(), "22023");
 }

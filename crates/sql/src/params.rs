@@ -177,26 +177,36 @@ pub(crate) fn param_types(plan: &LogicalPlan, n: usize) -> Option<Vec<DataType>>
 }
 
 /// Whether every placeholder of `plan` (an optimized plan) is in a table
-/// scan's filters, where a Spindle scan plans it; none in a subquery.
-pub(crate) fn only_in_scans(plan: &LogicalPlan) -> bool {
+/// scan's filters, where a Spindle scan plans it, and each of `$1 … $n`
+/// is still there: the optimizer may drop an expression it finds
+/// constant (`ORDER BY $1`, from `ORDER BY 1` sent inline), and the plan
+/// would then not do what the text says.
+pub(crate) fn only_in_scans(plan: &LogicalPlan, n: usize) -> bool {
     let mut elsewhere = false;
+    let mut in_scans = vec![false; n];
     let walk = plan.apply_with_subqueries(|node| {
-        if !matches!(node, LogicalPlan::TableScan(_)) {
-            node.apply_expressions(|e| {
-                if has_placeholder(e) {
-                    elsewhere = true;
-                    return Ok(TreeNodeRecursion::Stop);
+        let scan = matches!(node, LogicalPlan::TableScan(_));
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Placeholder(p) = e {
+                    match (scan, position(&p.id).and_then(|i| in_scans.get_mut(i))) {
+                        (true, Some(seen)) => *seen = true,
+                        _ => {
+                            elsewhere = true;
+                            return Ok(TreeNodeRecursion::Stop);
+                        }
+                    }
                 }
                 Ok(TreeNodeRecursion::Continue)
-            })?;
-        }
+            })
+        })?;
         Ok(if elsewhere {
             TreeNodeRecursion::Stop
         } else {
             TreeNodeRecursion::Continue
         })
     });
-    !elsewhere && walk.is_ok()
+    !elsewhere && walk.is_ok() && in_scans.iter().all(|s| *s)
 }
 
 /// The parameters of an execution as the template's scans take them, or

@@ -156,6 +156,10 @@ pub enum Statement {
 pub struct PreparedQuery {
     pub template: ast::Statement,
     pub params: Vec<spindle_keys::Value>,
+    /// The text as sent, with its values inline, when `template` is its
+    /// parameterized form (`crate::normalize`): what runs if the template
+    /// does not, instead of `template` bound with `params`.
+    pub inline: Option<Box<ast::Statement>>,
 }
 
 impl Statement {

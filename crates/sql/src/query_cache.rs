@@ -129,6 +129,9 @@ pub(crate) enum Template {
     },
     /// Planned per execution with its values as literals.
     Declined,
+    /// A text sent with inline values seen once: planned as a template
+    /// when seen again (a query typed once is not planned twice).
+    Seen,
 }
 
 /// `physical` as a kept plan: its scans unbound, so that it holds nothing
@@ -243,13 +246,23 @@ impl QueryCache {
             },
             None => Template::Declined,
         };
+        self.remember_template(key, catalog, t.clone());
+        t
+    }
+
+    /// Records a first sighting of a text with inline values
+    /// ([`Template::Seen`]).
+    pub fn put_seen(&self, key: (String, bool), catalog: Arc<Catalog>) {
+        self.remember_template(key, catalog, Template::Seen);
+    }
+
+    fn remember_template(&self, key: Key, catalog: Arc<Catalog>, t: Template) {
         if let Ok(mut map) = self.templates.lock() {
             if map.len() >= ENTRIES {
                 map.clear();
             }
-            map.insert(key, (catalog, t.clone()));
+            map.insert(key, (catalog, t));
         }
-        t
     }
 
     /// Counts an execution that runs a kept template.

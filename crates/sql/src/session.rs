@@ -558,18 +558,26 @@ impl StatementContext {
     /// plan ([`crate::params`]), planning and keeping it on first use;
     /// `None` (nothing run) when the text has no template or these values
     /// do not fit it: then the caller binds them as literals.
+    /// A template made from a text with inline values (`inline`) is
+    /// planned at the text's second execution, not its first.
     async fn query_template(
         &self,
         template: &ast::Statement,
         params: &[Value],
+        inline: bool,
     ) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        use crate::query_cache::Template;
         let catalog = self.catalog()?;
         let Some(key) = crate::query_cache::key(template, false) else {
             return Ok(None);
         };
         let kept = match self.engine.queries.template(&key, &catalog) {
-            Some(t) => t,
-            None => {
+            None if inline => {
+                self.engine.queries.put_seen(key, catalog);
+                return Ok(None);
+            }
+            Some(t) if !matches!(t, Template::Seen) => t,
+            _ => {
                 let state = self
                     .engine
                     .df_state(catalog.clone(), self.txn.clone(), false)?;
@@ -590,7 +598,7 @@ impl StatementContext {
                 )
             }
         };
-        let crate::query_cache::Template::Kept { query, types } = kept else {
+        let Template::Kept { query, types } = kept else {
             return Ok(None);
         };
         let Some(values) = crate::params::scalars(params, &types) else {
@@ -720,11 +728,22 @@ impl StatementContext {
                 Ok(Output::Rows { schema, batches })
             }
             Statement::PreparedQuery(p) => {
-                if let Some((schema, batches)) = self.query_template(&p.template, &p.params).await?
+                // Boxed: planning a template is a large future, and
+                // `run`'s own would carry it for every statement.
+                if let Some((schema, batches)) =
+                    Box::pin(self.query_template(&p.template, &p.params, p.inline.is_some()))
+                        .await?
                 {
                     return Ok(Output::Rows { schema, batches });
                 }
-                let PreparedQuery { template, params } = *p;
+                let PreparedQuery {
+                    template,
+                    params,
+                    inline,
+                } = *p;
+                if let Some(q) = inline {
+                    return Box::pin(self.run(Statement::Query(q), read_only)).await;
+                }
                 let bound = bind::bind_params(vec![Statement::Query(Box::new(template))], &params)?;
                 match bound.into_iter().next() {
                     Some(stmt @ Statement::Query(_)) => Box::pin(self.run(stmt, read_only)).await,
@@ -838,7 +857,7 @@ async fn plan_template(
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let optimized = state.optimize(&plan)?;
     let optimized = crate::subquery::rewrite(optimized, state)?;
-    if !crate::params::only_in_scans(&optimized) {
+    if !crate::params::only_in_scans(&optimized, n) {
         return Ok(None);
     }
     let physical = state
@@ -1452,7 +1471,7 @@ impl Session {
         if let Some((_, out)) = self.retry_fast(|s| s.execute_fast(parsed, params)).await? {
             return Ok(vec![out]);
         }
-        Box::pin(self.execute_general_parsed(parsed, params)).await
+        Box::pin(self.execute_general_parsed(parsed, params, None)).await
     }
 
     /// The statements of `sql`, bound and run the general way.
@@ -1464,26 +1483,35 @@ impl Session {
                 return Err(e);
             }
         };
-        self.execute_general_parsed(&parsed, params).await
+        self.execute_general_parsed(&parsed, params, Some(sql))
+            .await
     }
 
     /// `parsed`'s statements, bound and run the general way.
+    /// `sql` is the text `parsed` was parsed from, when there is one.
     async fn execute_general_parsed(
         &mut self,
         parsed: &Parsed,
         params: &[Value],
+        sql: Option<&str>,
     ) -> Result<Vec<Output>> {
         let stmts = match parsed.stmts.as_slice() {
             // A query with parameters may run by its kept template.
             [Statement::Query(q)]
-                if !params.is_empty() && matches!(**q, ast::Statement::Query(_)) =>
+                if !params.is_empty()
+                    && matches!(**q, ast::Statement::Query(_))
+                    && self.settings.generic_plans() =>
             {
                 vec![Statement::PreparedQuery(Box::new(PreparedQuery {
                     template: (**q).clone(),
                     params: params.to_vec(),
+                    inline: None,
                 }))]
             }
-            _ => bind::bind_params(parsed.stmts.clone(), params)?,
+            _ => match sql {
+                Some(sql) if params.is_empty() => self.with_templates(sql, parsed.stmts.clone()),
+                _ => bind::bind_params(parsed.stmts.clone(), params)?,
+            },
         };
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in stmts {
@@ -1526,6 +1554,38 @@ impl Session {
                 Fast::Declined => return Ok(None),
                 Fast::Conflicted(e) => conflict_pause(n, e).await?,
             }
+        }
+    }
+
+    /// `stmts`, parsed from `sql` with no parameters: a single plain
+    /// query whose text has inline values becomes a
+    /// [`Statement::PreparedQuery`] of its parameterized form
+    /// (`crate::normalize`), which runs by a kept template
+    /// ([`crate::params`]) when the form has one, else as sent.
+    /// Anything else is returned as it is.
+    pub fn with_templates(&self, sql: &str, stmts: Vec<Statement>) -> Vec<Statement> {
+        let plain = |s: &[Statement]| match s {
+            [Statement::Query(q)] => matches!(&**q, ast::Statement::Query(q) if q.locks.is_empty()),
+            _ => false,
+        };
+        if !plain(&stmts) || sql.len() > PARSE_CACHE_MAX_SQL || !self.settings.generic_plans() {
+            return stmts;
+        }
+        let Some(n) = crate::normalize::normalize(sql) else {
+            return stmts;
+        };
+        let Some(parsed) = self.engine.parse_normalized(&n.text) else {
+            return stmts;
+        };
+        match (parsed.stmts.as_slice(), stmts.as_slice()) {
+            ([Statement::Query(template)], [Statement::Query(q)]) if plain(&parsed.stmts) => {
+                vec![Statement::PreparedQuery(Box::new(PreparedQuery {
+                    template: (**template).clone(),
+                    params: n.params,
+                    inline: Some(q.clone()),
+                }))]
+            }
+            _ => stmts,
         }
     }
 

@@ -77,6 +77,7 @@ pub const PARAMETERS: &[(&str, &str, bool)] = &[
     ("lc_time", "C", false),
     ("lock_timeout", "0", false),
     ("max_identifier_length", "63", false),
+    ("plan_cache_mode", "auto", false),
     ("search_path", "\"$user\", public", false),
     ("server_encoding", "UTF8", true),
     ("server_version", "15.0", true),
@@ -239,6 +240,18 @@ impl Settings {
                 // strong as any level asked for.
                 "serializable".to_string()
             }
+            "plan_cache_mode" => {
+                let v = value.to_ascii_lowercase();
+                if !matches!(
+                    v.as_str(),
+                    "auto" | "force_custom_plan" | "force_generic_plan"
+                ) {
+                    return Err(Error::InvalidParameterValue(format!(
+                        "invalid value for parameter \"plan_cache_mode\": \"{value}\""
+                    )));
+                }
+                v
+            }
             "lock_timeout" => {
                 let ms = parse_millis(value).ok_or_else(|| {
                     Error::InvalidParameterValue(format!(
@@ -252,6 +265,17 @@ impl Settings {
         self.values.insert(name, value);
         self.changed();
         Ok(())
+    }
+
+    /// Whether a query with parameters may run by a kept template
+    /// ([`crate::params`]): not under `plan_cache_mode =
+    /// force_custom_plan`, where every execution is planned with its
+    /// values, as in PostgreSQL. `force_generic_plan` is `auto` here: a
+    /// text whose template is declined has no generic plan to force.
+    pub fn generic_plans(&self) -> bool {
+        self.values
+            .get("plan_cache_mode")
+            .is_none_or(|v| v != "force_custom_plan")
     }
 
     /// The longest wait for a row lock (`lock_timeout`; `None` when 0,
