@@ -18,10 +18,15 @@
 //! ```
 //!
 //! Invariants:
-//! * Only the fast plan of the parameterized text is used. It runs what
-//!   the original text would run: the fast matchers accept a parameter
-//!   only where a literal of the same value means the same (a key
-//!   comparison, an inserted value, a `SET` value or delta), and each
+//! * Only the fast plan of the parameterized text is used, or, for a
+//!   plain query, its kept template ([`crate::params`],
+//!   `Session::with_templates`, from the form's second execution on). Each
+//!   runs what the original text would run: the fast matchers accept a
+//!   parameter only where a literal of the same value means the same (a
+//!   key comparison, an inserted value, a `SET` value or delta); a
+//!   template only where a scan plans it as a key bound (a literal in a
+//!   LIMIT, an `ORDER BY 1`, a projection leaves the text on its usual
+//!   way), and only with a value of its placeholder's inferred type. Each
 //!   parameter gets exactly the value the parser gives that literal
 //!   (`dml::literal_value`: an integer that fits INT64, a string).
 //! * Anything else — no literal, a `$n` already in the text, a

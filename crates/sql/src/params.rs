@@ -24,6 +24,15 @@
 //!                                                   run (query_cache::rebind)
 //! ```
 //!
+//! A query sent with its values inline (the simple protocol: psql,
+//! `pgbench -M simple`, many ORMs) runs the template of its parameterized
+//! form (`crate::normalize`) from that form's second execution on
+//! (`Session::with_templates`; [`crate::query_cache::Template::Seen`]
+//! after the first, so that a query typed once is not planned twice);
+//! when the template does not run, the text runs as sent. `SET
+//! plan_cache_mode = force_custom_plan` turns templates off (PostgreSQL's
+//! name; its `force_generic_plan` is `auto` here).
+//!
 //! Invariants:
 //! * A template is kept only when, after DataFusion's optimizer, every
 //!   placeholder sits in a table scan's filters ([`only_in_scans`]): that
@@ -32,7 +41,10 @@
 //!   plan them again for other values. A placeholder anywhere else (a
 //!   filter DataFusion applies itself, a projection, a LIMIT) would be
 //!   baked into DataFusion's own operators: such a text is declined and
-//!   planned per execution as before.
+//!   planned per execution as before. Each `$1 … $n` must still be in a
+//!   scan after optimization (one the optimizer dropped as constant, an
+//!   `ORDER BY $1`, would leave a plan that does not do what the text
+//!   says).
 //! * While the template is planned, each placeholder stands in as a
 //!   distinct value of its type ([`with_stand_ins`]), so that the scan
 //!   decides as it would for real values: which filters its ranges
