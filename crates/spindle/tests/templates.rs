@@ -67,17 +67,25 @@ const QUERIES: &[(&str, usize, bool)] = &[
     ("SELECT p.B, k.K, k.X FROM Parents p JOIN Kids k ON p.A = k.A AND p.B = k.B WHERE p.A = $1 ORDER BY p.B, k.K", 1, true),
     // A key range, grouped.
     ("SELECT A, count(*) AS n FROM Kids WHERE A >= $1 AND A < $2 GROUP BY A ORDER BY A", 2, true),
-    // A secondary index, sorted: DataFusion applies an index's filters
-    // again itself (`supports_filters_pushdown` calls them inexact).
-    ("SELECT B, W FROM Parents WHERE V = $1 ORDER BY A, B", 1, false),
+    // A secondary index (covering), sorted.
+    ("SELECT B, W FROM Parents WHERE V = $1 ORDER BY A, B", 1, true),
     // An IN list of parameters.
     ("SELECT A, B FROM Parents WHERE A IN ($1, $2) ORDER BY A, B", 2, true),
-    // A NULL_FILTERED index with every column fixed (inexact, as above).
-    ("SELECT W, count(*) FROM Parents WHERE W = $1 AND V = $2 GROUP BY W", 2, false),
+    // A NULL_FILTERED index with every column fixed.
+    ("SELECT W, count(*) FROM Parents WHERE W = $1 AND V = $2 GROUP BY W", 2, true),
     // A string key column after the first.
     ("SELECT K, X FROM Kids WHERE A = $1 AND B = $2 ORDER BY K DESC", 2, true),
-    // A global index on a plain table, then the base rows (inexact).
-    ("SELECT Cid, sum(F) FROM Flat WHERE Cid = $1 GROUP BY Cid", 1, false),
+    // A global index on a plain table, then the base rows.
+    ("SELECT Cid, sum(F) FROM Flat WHERE Cid = $1 GROUP BY Cid", 1, true),
+    // An index and a range on the table's own key: the key's filter is
+    // applied to the index's rows.
+    ("SELECT Id, S FROM Flat WHERE Cid = $1 AND Id > $2 ORDER BY Id", 2, true),
+    // A join whose build side reads through an index.
+    ("SELECT p.A, p.B, k.K FROM Parents p JOIN Kids k ON k.A = p.A AND k.B = p.B WHERE p.V = $1 ORDER BY p.A, p.B, k.K", 1, true),
+    // DataFusion infers `f.Cid = $2` from the join and is told it is exact
+    // while asking about it alone (an index reads it); with `f.Id = $1` the
+    // scan reads by the key instead: not kept (`SpindleTable::claimed`).
+    ("SELECT f.Id, p.B FROM Flat f JOIN Parents p ON p.V = f.Cid WHERE f.Id = $1 AND p.V = $2 ORDER BY p.A, p.B", 2, false),
     // Parameters DataFusion would apply itself: not kept.
     ("SELECT A, V FROM Parents WHERE A = $1 AND V > $2 ORDER BY B", 2, false),
     ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY B LIMIT $2", 2, false),

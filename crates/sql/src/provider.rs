@@ -107,7 +107,7 @@ use crate::join_keys::{Place, PointCursor, Points, PointsBuilder};
 use crate::row_filter::{RowFilter, RowFilterState};
 use crate::split_scan::{BatchSender, CloseOnDrop, TailSlot, TailStream, HELPER_BATCHES};
 use crate::types::{array_value, table_schema, ColumnBuilder};
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
@@ -234,6 +234,12 @@ pub enum Forced {
 pub struct SpindleTable {
     shape: TableShape,
     txn: TxnHandle,
+    /// Filters reported exact to DataFusion in every call while the
+    /// query was optimized (`supports_filters_pushdown`, by the general
+    /// rule or a template's, `TableShape::template_pushdown`): DataFusion
+    /// dropped each, so a template's scan must enforce every one
+    /// ([`crate::params`]).
+    claimed: Mutex<Vec<Expr>>,
 }
 
 impl std::ops::Deref for SpindleTable {
@@ -308,7 +314,27 @@ impl SpindleTable {
                 forced: Forced::Nothing,
             },
             txn,
+            claimed: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Records the filters reported exact (see `claimed`).
+    fn claim<'a>(
+        &self,
+        filters: impl Iterator<Item = &'a Expr>,
+        told: &[TableProviderFilterPushDown],
+    ) -> datafusion::error::Result<()> {
+        let mut claimed = self
+            .claimed
+            .lock()
+            .map_err(|_| DataFusionError::Internal("claimed filters lock poisoned".into()))?;
+        for (f, t) in filters.zip(told) {
+            let f = unqualified(f);
+            if *t == TableProviderFilterPushDown::Exact && !claimed.contains(&f) {
+                claimed.push(f);
+            }
+        }
+        Ok(())
     }
 
     /// Forces an index (or `_base_table`) for this table reference.
@@ -812,22 +838,15 @@ impl TableProvider for SpindleTable {
         &self,
         filters: &[&Expr],
     ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
-        // A template's parameters ([`crate::params`]) are decided on as
-        // values of their types.
-        let owned: Vec<Expr>;
-        let stand_ins: Vec<&Expr>;
-        let filters = if filters
+        if filters
             .iter()
             .any(|f| crate::params::any_placeholder(std::slice::from_ref(*f)))
         {
-            owned = crate::params::with_stand_ins(
-                &filters.iter().map(|f| (*f).clone()).collect::<Vec<_>>(),
-            )?;
-            stand_ins = owned.iter().collect();
-            &stand_ins[..]
-        } else {
-            filters
-        };
+            let owned: Vec<Expr> = filters.iter().map(|f| (*f).clone()).collect();
+            let told = self.template_pushdown(&owned)?;
+            self.claim(owned.iter(), &told)?;
+            return Ok(told);
+        }
         let access = self.choose(filters, None).map_err(external)?;
         // The scan may still pick another path once it knows the projected
         // columns (a covering index): filters are exact only on the
@@ -863,7 +882,7 @@ impl TableProvider for SpindleTable {
                                     && index_cost(ip, &p, true) < base)
                         })
                     }));
-        Ok(primary
+        let told: Vec<TableProviderFilterPushDown> = primary
             .exact
             .iter()
             .map(|e| {
@@ -873,7 +892,9 @@ impl TableProvider for SpindleTable {
                     TableProviderFilterPushDown::Inexact
                 }
             })
-            .collect())
+            .collect();
+        self.claim(filters.iter().copied(), &told)?;
+        Ok(told)
     }
 
     async fn scan(
@@ -901,6 +922,28 @@ impl TableProvider for SpindleTable {
             };
             let stand_ins = crate::params::with_stand_ins(filters)?;
             let (mut scan, signature) = self.shape.parts(projection, &stand_ins, limit)?;
+            // DataFusion dropped every filter it was told is exact, in
+            // whichever call (it asks again about the filters it kept,
+            // and their set decides the path): the access path chosen
+            // now, knowing the projection, must enforce each of them, or
+            // the template is declined.
+            let claimed = self
+                .claimed
+                .lock()
+                .map_err(|_| DataFusionError::Internal("claimed filters lock poisoned".into()))?;
+            let unqualified: Vec<Expr> = filters.iter().map(unqualified).collect();
+            let enforced = claimed.iter().all(|c| {
+                unqualified
+                    .iter()
+                    .position(|f| f == c)
+                    .is_some_and(|i| signature.exact.get(i).copied().unwrap_or(false))
+            });
+            drop(claimed);
+            if !enforced {
+                return Err(DataFusionError::Plan(
+                    "a template's scan does not enforce a filter it reported exact".into(),
+                ));
+            }
             scan.template = Some(Arc::new((template, signature)));
             return Ok(Arc::new(scan.unbound(mgr)?));
         }
@@ -910,6 +953,33 @@ impl TableProvider for SpindleTable {
 }
 
 impl TableShape {
+    /// `supports_filters_pushdown` for filters with parameters (a
+    /// template, [`crate::params`]): each parameter stands in as a value
+    /// of its type, and a filter is exact when the ranges of the access
+    /// path chosen without knowing the projection enforce it. The scan
+    /// (`SpindleTable::scan`) checks that the path it then chooses
+    /// enforces every one of those, and fails the template's planning
+    /// otherwise (the query is then planned with its values). Unlike the
+    /// general rule, a filter an index enforces is exact: a template
+    /// reading through an index plans its `$n` in the scan alone.
+    fn template_pushdown(
+        &self,
+        filters: &[Expr],
+    ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+        let stand_ins = crate::params::with_stand_ins(filters)?;
+        let refs: Vec<&Expr> = stand_ins.iter().collect();
+        let access = self.choose(&refs, None).map_err(external)?;
+        Ok((0..filters.len())
+            .map(|i| {
+                if access.plan.exact.get(i).copied().unwrap_or(false) {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
+    }
+
     /// What a scan of the table's `projection` under `filters` (with at
     /// most `limit` rows) reads and how, and the decisions that shaped it
     /// ([`ScanSignature`]).
@@ -1087,6 +1157,24 @@ impl TableShape {
         };
         Ok((scan, signature))
     }
+}
+
+/// `e` with its columns unqualified, as a scan receives its filters
+/// (DataFusion asks about pushdown with `t.c`, and scans with `c`).
+fn unqualified(e: &Expr) -> Expr {
+    e.clone()
+        .transform_up(|e| {
+            Ok(match e {
+                Expr::Column(c) if c.relation.is_some() => Transformed::yes(Expr::Column(
+                    datafusion::common::Column::new_unqualified(c.name),
+                )),
+                e => Transformed::no(e),
+            })
+        })
+        .map(|t| t.data)
+        // The rewrite cannot fail; an expression it did not rewrite is
+        // compared as it is (a mismatch declines the template).
+        .unwrap_or_else(|_| e.clone())
 }
 
 /// What a [`SpindleScanExec`] is made from, apart from the transaction:
