@@ -45,6 +45,13 @@
 //!   scan after optimization (one the optimizer dropped as constant, an
 //!   `ORDER BY $1`, would leave a plan that does not do what the text
 //!   says).
+//! * DataFusion drops the filters a scan reports exact. For a template a
+//!   filter is exact where the ranges of the access path chosen without
+//!   the projection enforce it, an index's included
+//!   (`TableShape::template_pushdown`); DataFusion asks again about the
+//!   filters it kept, and a smaller set may choose another path, so every
+//!   filter ever reported exact is recorded (`SpindleTable::claimed`) and
+//!   the scan declines the template unless its final path enforces each.
 //! * While the template is planned, each placeholder stands in as a
 //!   distinct value of its type ([`with_stand_ins`]), so that the scan
 //!   decides as it would for real values: which filters its ranges
