@@ -346,16 +346,11 @@ pub(crate) fn rebind(
     txn: &TxnHandle,
     options: &ConfigOptions,
 ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-    let fresh = plan
-        .transform_up(|node| {
-            let fresh: Arc<dyn ExecutionPlan> = match node.downcast_ref::<SpindleScanExec>() {
-                Some(scan) => Arc::new(scan.rebind(txn)?),
-                None => node.reset_state()?,
-            };
-            Ok(Transformed::yes(fresh))
-        })
-        .map(|t| t.data)?;
-    FilterPushdown::new_post_optimization().optimize(fresh, options)
+    // A plan kept by its text has no template scans: with no parameters
+    // every scan is re-bound as it is.
+    rebind_with(plan, txn, options, &[])?.ok_or_else(|| {
+        datafusion::error::DataFusionError::Internal("a kept plan did not re-bind".into())
+    })
 }
 
 /// [`rebind`] of a template's plan for one execution's `params`: each

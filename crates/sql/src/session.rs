@@ -517,19 +517,7 @@ impl StatementContext {
                 &self.txn,
                 task_ctx.session_config().options(),
             )?;
-            let task_ctx = if lowers_inlist_cap(&physical) {
-                self.engine.kept_task_ctx(true)
-            } else {
-                task_ctx
-            };
-            let place = if kept.runs_inline() && executor_for(&task_ctx).is_some() {
-                self.engine.queries.count_inline_run();
-                Place::InPlace
-            } else {
-                Place::Executor
-            };
-            let batches = collect(physical, task_ctx, place, Some(&kept)).await?;
-            return named_output(kept.schema.clone(), batches);
+            return self.run_kept(&kept, physical, task_ctx).await;
         }
         let state = self
             .engine
@@ -615,19 +603,32 @@ impl StatementContext {
             return Ok(None);
         };
         self.engine.queries.count_template_run();
+        self.run_kept(&query, physical, task_ctx).await.map(Some)
+    }
+
+    /// Runs `physical`, a run of the kept plan `kept` bound to this
+    /// statement's transaction, in `task_ctx` (the kept plans' context):
+    /// on this thread when its last run read little
+    /// ([`crate::query_cache::CachedQuery::runs_inline`]).
+    async fn run_kept(
+        &self,
+        kept: &crate::query_cache::CachedQuery,
+        physical: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        task_ctx: Arc<TaskContext>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let task_ctx = if lowers_inlist_cap(&physical) {
             self.engine.kept_task_ctx(true)
         } else {
             task_ctx
         };
-        let place = if query.runs_inline() && executor_for(&task_ctx).is_some() {
+        let place = if kept.runs_inline() && executor_for(&task_ctx).is_some() {
             self.engine.queries.count_inline_run();
             Place::InPlace
         } else {
             Place::Executor
         };
-        let batches = collect(physical, task_ctx, place, Some(&query)).await?;
-        named_output(query.schema.clone(), batches).map(Some)
+        let batches = collect(physical, task_ctx, place, Some(kept)).await?;
+        named_output(kept.schema.clone(), batches)
     }
 
     /// Runs one non-transaction-control statement.
