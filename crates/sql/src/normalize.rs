@@ -24,9 +24,11 @@
 //!   runs what the original text would run: the fast matchers accept a
 //!   parameter only where a literal of the same value means the same (a
 //!   key comparison, an inserted value, a `SET` value or delta); a
-//!   template only where a scan plans it as a key bound (a literal in a
-//!   LIMIT, an `ORDER BY 1`, a projection leaves the text on its usual
-//!   way), and only with a value of its placeholder's inferred type. Each
+//!   template only where a scan or a slot takes it (`crate::params`; a
+//!   literal alone in a projection, whose parameter has no type, leaves
+//!   the text on its usual way), and only with a value of its
+//!   placeholder's inferred type. A row count (`LIMIT 3`) and a column
+//!   position (`ORDER BY 2`) stay in the text ([`Clauses`]). Each
 //!   parameter gets exactly the value the parser gives that literal
 //!   (`dml::literal_value`: an integer that fits INT64, a string).
 //! * Anything else — no literal, a `$n` already in the text, a
@@ -75,10 +77,12 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
     // sign right before the current token that may be a literal's sign.
     let mut prev: Option<&Token> = None;
     let mut minus: Option<Location> = None;
+    let mut clauses = Clauses::default();
     for t in &tokens {
         let value = match &t.token {
             Token::Whitespace(_) => continue,
             Token::Placeholder(_) => return None,
+            Token::Number(..) if minus.is_none() && clauses.keeps_number(prev) => None,
             Token::Number(n, false) => {
                 let signed = if minus.is_some() {
                     format!("-{n}")
@@ -105,6 +109,7 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
                 minus = (t.token == Token::Minus && unary_position(prev)).then_some(t.span.start);
             }
         }
+        clauses.after(prev, &t.token);
         prev = Some(&t.token);
     }
     if params.is_empty() {
@@ -112,6 +117,76 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
     }
     text.push_str(sql.get(copied..)?);
     Some(Normalized { text, params })
+}
+
+/// Where a number stays in the text instead of becoming a parameter: a
+/// row count (`LIMIT 3`, `OFFSET 10`, `FETCH FIRST 5 ROWS`) and a column
+/// ordinal (`ORDER BY 2, 1`, `GROUP BY 1`). Neither is a value a scan can
+/// plan as a parameter (`crate::params`): a text with one in a parameter
+/// would never run a template, one with the number kept runs the template
+/// of that text (a template per LIMIT, each shared by every other value).
+/// Keeping a number inline is always correct; it only shares less.
+#[derive(Default)]
+struct Clauses {
+    /// Parenthesis depth at the current token.
+    depth: usize,
+    /// The depth of the ORDER BY / GROUP BY list being read, if any.
+    ordinals: Option<usize>,
+}
+
+impl Clauses {
+    /// Whether a number after `prev` stays inline.
+    fn keeps_number(&self, prev: Option<&Token>) -> bool {
+        use datafusion::sql::sqlparser::keywords::Keyword;
+        match prev {
+            Some(Token::Word(w)) if w.quote_style.is_none() => matches!(
+                w.keyword,
+                Keyword::LIMIT | Keyword::OFFSET | Keyword::FIRST | Keyword::NEXT | Keyword::BY
+            ),
+            Some(Token::Comma) => self.ordinals == Some(self.depth),
+            _ => false,
+        }
+    }
+
+    /// Follows `token` (after `prev`): parentheses, and where an ORDER BY
+    /// or GROUP BY list starts and ends.
+    fn after(&mut self, prev: Option<&Token>, token: &Token) {
+        use datafusion::sql::sqlparser::keywords::Keyword;
+        match token {
+            Token::LParen => self.depth += 1,
+            Token::RParen => {
+                self.depth = self.depth.saturating_sub(1);
+                if self.ordinals.is_some_and(|d| d > self.depth) {
+                    self.ordinals = None;
+                }
+            }
+            Token::Word(w) if w.quote_style.is_none() => match w.keyword {
+                Keyword::BY => {
+                    let list = matches!(prev, Some(Token::Word(p))
+                        if p.quote_style.is_none()
+                            && matches!(p.keyword, Keyword::ORDER | Keyword::GROUP));
+                    self.ordinals = list.then_some(self.depth);
+                }
+                Keyword::LIMIT
+                | Keyword::OFFSET
+                | Keyword::FETCH
+                | Keyword::HAVING
+                | Keyword::WINDOW
+                | Keyword::UNION
+                | Keyword::EXCEPT
+                | Keyword::INTERSECT
+                | Keyword::FOR
+                | Keyword::FROM
+                | Keyword::WHERE
+                    if self.ordinals == Some(self.depth) =>
+                {
+                    self.ordinals = None;
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
 }
 
 /// Whether a minus sign after `prev` can only be a sign: at the start, or
@@ -295,6 +370,58 @@ mod tests {
                 expect[150..].join(",\n ")
             )
         );
+    }
+
+    #[test]
+    fn row_counts_and_ordinals_stay_inline() {
+        assert_eq!(
+            norm("SELECT o FROM t WHERE c = 7 ORDER BY a DESC LIMIT 3 OFFSET 2"),
+            Some((
+                "SELECT o FROM t WHERE c = $1 ORDER BY a DESC LIMIT 3 OFFSET 2".into(),
+                vec![Value::Int64(7)]
+            ))
+        );
+        assert_eq!(
+            norm("SELECT a, count(*) FROM t WHERE b > 5 GROUP BY 1 ORDER BY 2, 1 FETCH FIRST 4 ROWS ONLY"),
+            Some((
+                "SELECT a, count(*) FROM t WHERE b > $1 GROUP BY 1 ORDER BY 2, 1 FETCH FIRST 4 ROWS ONLY".into(),
+                vec![Value::Int64(5)]
+            ))
+        );
+        // The list ends where its clause does: a number after it (in
+        // HAVING, in the next query of a UNION, after a subquery's ORDER
+        // BY) is a value again; one inside a call within the list stays.
+        assert_eq!(
+            norm("SELECT a FROM t GROUP BY a, 2 HAVING count(*) > 1"),
+            Some((
+                "SELECT a FROM t GROUP BY a, 2 HAVING count(*) > $1".into(),
+                vec![Value::Int64(1)]
+            ))
+        );
+        assert_eq!(
+            norm("SELECT x FROM (SELECT x FROM t ORDER BY 1 LIMIT 2) AS s, u WHERE u.k IN (4, 5)"),
+            Some((
+                "SELECT x FROM (SELECT x FROM t ORDER BY 1 LIMIT 2) AS s, u WHERE u.k IN ($1, $2)"
+                    .into(),
+                vec![Value::Int64(4), Value::Int64(5)]
+            ))
+        );
+        assert_eq!(
+            norm("SELECT a FROM t ORDER BY 1 UNION SELECT 6"),
+            Some((
+                "SELECT a FROM t ORDER BY 1 UNION SELECT $1".into(),
+                vec![Value::Int64(6)]
+            ))
+        );
+        // Only ORDER and GROUP start a list of ordinals.
+        assert_eq!(
+            norm("SELECT a FROM t ORDER BY a, 'x'"),
+            Some((
+                "SELECT a FROM t ORDER BY a, $1".into(),
+                vec![Value::String("x".into())]
+            ))
+        );
+        assert_eq!(norm("SELECT a FROM t LIMIT 10"), None);
     }
 
     #[test]

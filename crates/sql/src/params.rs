@@ -14,14 +14,14 @@
 //!                                   │ no                     │ kept
 //!                                   ▼                        ▼
 //!        plan the text with its placeholders       values converted to the
-//!        (scans: stand-in values, unbound)         placeholders' types ── no ─▶ bind literals
-//!        placeholders only in scans' filters?                │
-//!        ── no: declined ──┐   yes: kept                     ▼
-//!                          ▼                     every scan planned again with the
-//!                   bind literals, plan          values; same decisions? ── no ─▶ bind literals
-//!                                                            │ yes
+//!        (scans: stand-in values, unbound;         placeholders' types ── no ─▶ bind literals
+//!        filters, projections: slots)                        │
+//!        placeholders only in scans and slots?               ▼
+//!        ── no: declined ──┐   yes: kept         every scan planned again with the
+//!                          ▼                     values; same decisions? ── no ─▶ bind literals
+//!                   bind literals, plan                      │ yes
 //!                                                            ▼
-//!                                                   run (query_cache::rebind)
+//!                                       slots filled, run (query_cache::rebind_with)
 //! ```
 //!
 //! A query sent with its values inline (the simple protocol: psql,
@@ -35,23 +35,30 @@
 //!
 //! Invariants:
 //! * A template is kept only when, after DataFusion's optimizer, every
-//!   placeholder sits in a table scan's filters ([`only_in_scans`]): that
-//!   is where Spindle's scan ([`crate::provider::SpindleScanExec`]) plans
-//!   key ranges, access path and row filter from them, and where it can
-//!   plan them again for other values. A placeholder anywhere else (a
-//!   filter DataFusion applies itself, a projection, a LIMIT) would be
-//!   baked into DataFusion's own operators: such a text is declined and
-//!   planned per execution as before. Each `$1 … $n` must still be in a
-//!   scan after optimization (one the optimizer dropped as constant, an
-//!   `ORDER BY $1`, would leave a plan that does not do what the text
-//!   says).
+//!   placeholder sits in a table scan's filters or in a [`Slot`]
+//!   ([`only_in_scans`]). A scan ([`crate::provider::SpindleScanExec`])
+//!   plans key ranges, access path and row filter from its placeholders,
+//!   and plans them again for other values. A placeholder in a filter
+//!   DataFusion applies itself or in a projection (`V > $2` next to a key
+//!   condition, a `HAVING`, `amount * $1`) becomes a slot once the
+//!   optimizer is done ([`into_slots`]), which each execution fills with
+//!   its value in a new `FilterExec` or `ProjectionExec`
+//!   ([`fill_slots`]); the physical plan must hold slots nowhere else
+//!   ([`slots_where_filled`]). A placeholder anywhere else (a LIMIT, a
+//!   sort key, a join condition) would be baked into DataFusion's own
+//!   operators: such a text is declined and planned per execution as
+//!   before. Each `$1 … $n` must still be in a scan or a slot after
+//!   optimization (one the optimizer dropped as constant, an `ORDER BY
+//!   $1`, would leave a plan that does not do what the text says).
 //! * DataFusion drops the filters a scan reports exact. For a template a
 //!   filter is exact where the ranges of the access path chosen without
 //!   the projection enforce it, an index's included
-//!   (`TableShape::template_pushdown`); DataFusion asks again about the
-//!   filters it kept, and a smaller set may choose another path, so every
-//!   filter ever reported exact is recorded (`SpindleTable::claimed`) and
-//!   the scan declines the template unless its final path enforces each.
+//!   (`TableShape::template_pushdown`). DataFusion asks again about the
+//!   filters it kept, and a smaller set may choose another path: the path
+//!   is chosen for every filter asked about so far
+//!   (`SpindleTable::asked`), every filter ever reported exact is
+//!   recorded (`SpindleTable::claimed`), and the scan declines the
+//!   template unless its final path enforces each.
 //! * While the template is planned, each placeholder stands in as a
 //!   distinct value of its type ([`with_stand_ins`]), so that the scan
 //!   decides as it would for real values: which filters its ranges
@@ -76,7 +83,16 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
+use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::ExecutionPlan;
 use spindle_keys::Value;
 
 /// Whether any of `filters` holds a placeholder.
@@ -169,6 +185,12 @@ pub(crate) fn value_for(v: &Value, ty: &DataType) -> Option<ScalarValue> {
         (Value::Null, ty) => ScalarValue::try_from(ty).ok()?,
         (Value::Int64(i), DataType::Int64) => ScalarValue::Int64(Some(*i)),
         (Value::Float64(f), DataType::Float64) => ScalarValue::Float64(Some(*f)),
+        // An integer next to a float column (`amount > 2` sent inline):
+        // DataFusion casts such a literal to FLOAT64, exactly when the
+        // integer has no more than 53 significant bits.
+        (Value::Int64(i), DataType::Float64) if i.unsigned_abs() <= 1 << 53 => {
+            ScalarValue::Float64(Some(*i as f64))
+        }
         (Value::String(s), DataType::Utf8) => ScalarValue::Utf8(Some(s.clone())),
         (Value::String(s), DataType::Utf8View) => ScalarValue::Utf8View(Some(s.clone())),
         (Value::Bool(b), DataType::Boolean) => ScalarValue::Boolean(Some(*b)),
@@ -195,9 +217,10 @@ pub(crate) fn param_types(plan: &LogicalPlan, n: usize) -> Option<Vec<DataType>>
     types.into_iter().collect()
 }
 
-/// Whether every placeholder of `plan` (an optimized plan) is in a table
-/// scan's filters, where a Spindle scan plans it, and each of `$1 … $n`
-/// is still there: the optimizer may drop an expression it finds
+/// Whether every placeholder of `plan` (an optimized plan, its filters'
+/// and projections' placeholders made [`Slot`]s) is in a table scan's
+/// filters, where a Spindle scan plans it, and each of `$1 … $n` is still
+/// there or in a slot: the optimizer may drop an expression it finds
 /// constant (`ORDER BY $1`, from `ORDER BY 1` sent inline), and the plan
 /// would then not do what the text says.
 pub(crate) fn only_in_scans(plan: &LogicalPlan, n: usize) -> bool {
@@ -207,6 +230,9 @@ pub(crate) fn only_in_scans(plan: &LogicalPlan, n: usize) -> bool {
         let scan = matches!(node, LogicalPlan::TableScan(_));
         node.apply_expressions(|e| {
             e.apply(|e| {
+                if let Some(seen) = logical_slot_index(e).and_then(|i| in_scans.get_mut(i)) {
+                    *seen = true;
+                }
                 if let Expr::Placeholder(p) = e {
                     match (scan, position(&p.id).and_then(|i| in_scans.get_mut(i))) {
                         (true, Some(seen)) => *seen = true,
@@ -239,4 +265,182 @@ pub(crate) fn scalars(params: &[Value], types: &[DataType]) -> Option<Arc<[Scala
         .zip(types)
         .map(|(v, ty)| value_for(v, ty))
         .collect()
+}
+
+/// A parameter's place in an expression DataFusion evaluates itself: a
+/// filter it applies to a scan's rows (`a = $1 AND note LIKE $2`: the
+/// scan plans `a = $1` as a key bound, DataFusion tests the `LIKE`), a
+/// `HAVING`, a projection (`amount * $1`).
+///
+/// After the logical optimizer has run (so that no rule folds or moves
+/// it), each placeholder in a `Filter`'s predicate or a `Projection`'s
+/// expressions becomes a call of a slot ([`into_slots`]): DataFusion
+/// plans it as a function of no arguments of the placeholder's type. Each
+/// execution replaces every slot with its value as a literal
+/// ([`fill_slots`]) in a new `FilterExec` or `ProjectionExec`, the only
+/// nodes a template may hold slots in ([`slots_where_filled`]). A slot
+/// that ran would fail (`invoke_with_args`) rather than answer anything.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Slot {
+    /// The 0-based position of the parameter.
+    index: usize,
+    ty: DataType,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Slot {
+    fn name(&self) -> &str {
+        "spindle_param"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(self.ty.clone())
+    }
+
+    fn invoke_with_args(
+        &self,
+        _args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        Err(datafusion::error::DataFusionError::Internal(format!(
+            "parameter ${} of a kept plan was not given a value",
+            self.index + 1
+        )))
+    }
+}
+
+fn slot(index: usize, ty: DataType) -> Expr {
+    let slot = Slot {
+        index,
+        ty,
+        // Volatile: no physical rule moves or merges it.
+        signature: Signature::nullary(Volatility::Volatile),
+    };
+    ScalarUDF::new_from_impl(slot).call(vec![])
+}
+
+/// The position of the slot `e` is, if it is one.
+fn slot_index(e: &Arc<dyn PhysicalExpr>) -> Option<usize> {
+    let f = e.downcast_ref::<ScalarFunctionExpr>()?;
+    let inner: &dyn std::any::Any = f.fun().inner().as_ref();
+    inner.downcast_ref::<Slot>().map(|s| s.index)
+}
+
+fn logical_slot_index(e: &Expr) -> Option<usize> {
+    let Expr::ScalarFunction(f) = e else {
+        return None;
+    };
+    let inner: &dyn std::any::Any = f.func.inner().as_ref();
+    inner.downcast_ref::<Slot>().map(|s| s.index)
+}
+
+/// `plan` (optimized) with each placeholder in a `Filter`'s predicate or
+/// a `Projection`'s expressions replaced by its [`Slot`] (a projection's
+/// output names kept). Placeholders anywhere else stay, for
+/// [`only_in_scans`] to find.
+pub(crate) fn into_slots(
+    plan: LogicalPlan,
+    types: &[DataType],
+) -> datafusion::error::Result<LogicalPlan> {
+    let to_slots = |e: Expr| {
+        e.transform_up(|e| {
+            Ok(match &e {
+                Expr::Placeholder(p) => {
+                    match position(&p.id).and_then(|i| Some((i, types.get(i)?))) {
+                        Some((i, ty)) => Transformed::yes(slot(i, ty.clone())),
+                        None => Transformed::no(e),
+                    }
+                }
+                _ => Transformed::no(e),
+            })
+        })
+    };
+    plan.transform_up_with_subqueries(|node| match node {
+        LogicalPlan::Filter(_) => node.map_expressions(to_slots),
+        LogicalPlan::Projection(_) => {
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let name = names.save(&e);
+                Ok(to_slots(e)?.update_data(|e| name.restore(e)))
+            })
+        }
+        _ => Ok(Transformed::no(node)),
+    })
+    .map(|t| t.data)
+}
+
+/// Whether every slot of `plan` is where [`fill_slots`] fills it: in a
+/// `FilterExec`'s predicate or a `ProjectionExec`'s expressions.
+pub(crate) fn slots_where_filled(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut misplaced = false;
+    let walk = plan.apply(|node| {
+        if node.is::<FilterExec>() || node.is::<ProjectionExec>() {
+            return Ok(TreeNodeRecursion::Continue);
+        }
+        node.apply_expressions(&mut |e| {
+            e.apply(|e| {
+                misplaced |= slot_index(e).is_some();
+                Ok(if misplaced {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        })
+    });
+    !misplaced && walk.is_ok()
+}
+
+/// `node` with its slots filled with `params` as literals, when it is a
+/// `FilterExec` or `ProjectionExec` that holds any; `None` otherwise.
+pub(crate) fn fill_slots(
+    node: &Arc<dyn ExecutionPlan>,
+    params: &[ScalarValue],
+) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {
+    let fill = |e: &Arc<dyn PhysicalExpr>| -> datafusion::error::Result<Transformed<Arc<dyn PhysicalExpr>>> {
+        e.clone().transform_up(|e| match slot_index(&e) {
+            Some(i) => match params.get(i) {
+                Some(v) => Ok(Transformed::yes(
+                    Arc::new(Literal::new(v.clone())) as Arc<dyn PhysicalExpr>
+                )),
+                None => Err(datafusion::error::DataFusionError::Internal(format!(
+                    "a kept plan names parameter ${} it was not given",
+                    i + 1
+                ))),
+            },
+            None => Ok(Transformed::no(e)),
+        })
+    };
+    if let Some(f) = node.downcast_ref::<FilterExec>() {
+        let predicate = fill(f.predicate())?;
+        if !predicate.transformed {
+            return Ok(None);
+        }
+        let filled = FilterExecBuilder::from(f)
+            .with_predicate(predicate.data)
+            .build()?;
+        return Ok(Some(Arc::new(filled)));
+    }
+    if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+        let mut any = false;
+        let mut exprs = Vec::with_capacity(p.expr().len());
+        for pe in p.expr() {
+            let e = fill(&pe.expr)?;
+            any |= e.transformed;
+            exprs.push(ProjectionExpr {
+                expr: e.data,
+                alias: pe.alias.clone(),
+            });
+        }
+        if !any {
+            return Ok(None);
+        }
+        let filled =
+            ProjectionExec::try_new_with_schema_metadata(exprs, p.input().clone(), &p.schema())?;
+        return Ok(Some(Arc::new(filled)));
+    }
+    Ok(None)
 }

@@ -240,6 +240,10 @@ pub struct SpindleTable {
     /// dropped each, so a template's scan must enforce every one
     /// ([`crate::params`]).
     claimed: Mutex<Vec<Expr>>,
+    /// Every filter with parameters asked about while the query was
+    /// optimized, columns unqualified: a template's path is chosen for all
+    /// of them (`supports_filters_pushdown`).
+    asked: Mutex<Vec<Expr>>,
 }
 
 impl std::ops::Deref for SpindleTable {
@@ -315,6 +319,7 @@ impl SpindleTable {
             },
             txn,
             claimed: Mutex::new(Vec::new()),
+            asked: Mutex::new(Vec::new()),
         })
     }
 
@@ -842,8 +847,36 @@ impl TableProvider for SpindleTable {
             .iter()
             .any(|f| crate::params::any_placeholder(std::slice::from_ref(*f)))
         {
-            let owned: Vec<Expr> = filters.iter().map(|f| (*f).clone()).collect();
-            let told = self.template_pushdown(&owned)?;
+            // The path is chosen for every filter asked about so far, not
+            // for these alone: DataFusion asks again about the filters it
+            // kept (`V > $2` without the `A = $1` it dropped), and the scan
+            // will get them all; on its own, `V > $2` would choose an
+            // index on V and be told exact where the final path (by A)
+            // does not enforce it.
+            let owned: Vec<Expr> = filters.iter().map(|f| unqualified(f)).collect();
+            let asked = {
+                let mut asked = self
+                    .asked
+                    .lock()
+                    .map_err(|_| DataFusionError::Internal("asked filters lock poisoned".into()))?;
+                for f in &owned {
+                    if !asked.contains(f) {
+                        asked.push(f.clone());
+                    }
+                }
+                asked.clone()
+            };
+            let all = self.template_pushdown(&asked)?;
+            let told: Vec<TableProviderFilterPushDown> = owned
+                .iter()
+                .map(|f| {
+                    asked
+                        .iter()
+                        .position(|a| a == f)
+                        .and_then(|i| all.get(i).cloned())
+                        .unwrap_or(TableProviderFilterPushDown::Inexact)
+                })
+                .collect();
             self.claim(owned.iter(), &told)?;
             return Ok(told);
         }

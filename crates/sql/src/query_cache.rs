@@ -63,8 +63,57 @@ use spindle_txn::TxnManager;
 
 use crate::provider::{SpindleScanExec, TxnHandle, INLINE_BUDGET};
 
-/// Most plans kept; the map is emptied when it reaches this.
+/// Most plans (and, apart, most templates) kept: when a map is full, the
+/// half least recently used is dropped ([`Recent`]).
 const ENTRIES: usize = 256;
+
+/// A map that keeps the entries used most recently: each entry holds the
+/// tick of its last use, and a full map drops the older half at once (a
+/// linear pass per `ENTRIES / 2` insertions). Many texts seen once (ad-hoc
+/// queries, each leaving a [`Template::Seen`]) so push out the entries not
+/// used since, not the ones a workload runs all the time.
+struct Recent<V> {
+    map: HashMap<Key, (u64, V)>,
+    tick: u64,
+}
+
+impl<V> Default for Recent<V> {
+    fn default() -> Self {
+        Recent {
+            map: HashMap::new(),
+            tick: 0,
+        }
+    }
+}
+
+impl<V> Recent<V> {
+    /// The entry for `key`, marked used.
+    fn get(&mut self, key: &Key) -> Option<&V> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(key).map(|(used, v)| {
+            *used = tick;
+            &*v
+        })
+    }
+
+    fn insert(&mut self, key: Key, value: V) {
+        if self.map.len() >= ENTRIES && !self.map.contains_key(&key) {
+            let mut ticks: Vec<u64> = self.map.values().map(|(t, _)| *t).collect();
+            let mid = ticks.len() / 2;
+            let (_, median, _) = ticks.select_nth_unstable(mid);
+            let median = *median;
+            self.map.retain(|_, (t, _)| *t > median);
+        }
+        self.tick += 1;
+        self.map.insert(key, (self.tick, value));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
 
 /// A kept plan.
 pub(crate) struct CachedQuery {
@@ -165,11 +214,11 @@ fn keep(
 /// The cache, one per engine.
 #[derive(Default)]
 pub(crate) struct QueryCache {
-    plans: Mutex<HashMap<(String, bool), Arc<CachedQuery>>>,
+    plans: Mutex<Recent<Arc<CachedQuery>>>,
     hits: AtomicU64,
     /// Templates of query texts with parameters ([`crate::params`]), with
     /// the catalog each was decided under.
-    templates: Mutex<HashMap<Key, (Arc<Catalog>, Template)>>,
+    templates: Mutex<Recent<(Arc<Catalog>, Template)>>,
     template_hits: AtomicU64,
     /// Kept plans run on the session's thread ([`CachedQuery::runs_inline`]).
     inline_runs: AtomicU64,
@@ -187,7 +236,7 @@ pub(crate) fn key(stmt: &ast::Statement, include_hidden: bool) -> Option<(String
 impl QueryCache {
     /// The plan kept for `key`, if it was made from `catalog`.
     pub fn get(&self, key: &(String, bool), catalog: &Arc<Catalog>) -> Option<Arc<CachedQuery>> {
-        let map = self.plans.lock().ok()?;
+        let mut map = self.plans.lock().ok()?;
         let hit = map.get(key).filter(|c| Arc::ptr_eq(&c.catalog, catalog))?;
         self.hits.fetch_add(1, Ordering::Relaxed);
         Some(hit.clone())
@@ -208,9 +257,6 @@ impl QueryCache {
     ) -> Option<Arc<CachedQuery>> {
         let kept = Arc::new(keep(catalog, physical, schema, mgr)?);
         let mut map = self.plans.lock().ok()?;
-        if map.len() >= ENTRIES {
-            map.clear();
-        }
         map.insert(key, kept.clone());
         Some(kept)
     }
@@ -218,7 +264,7 @@ impl QueryCache {
     /// What is kept for a query text with parameters, if it was decided
     /// under `catalog` ([`crate::params`]).
     pub fn template(&self, key: &(String, bool), catalog: &Arc<Catalog>) -> Option<Template> {
-        let map = self.templates.lock().ok()?;
+        let mut map = self.templates.lock().ok()?;
         let (made_for, t) = map.get(key)?;
         if !Arc::ptr_eq(made_for, catalog) {
             return None;
@@ -258,9 +304,6 @@ impl QueryCache {
 
     fn remember_template(&self, key: Key, catalog: Arc<Catalog>, t: Template) {
         if let Ok(mut map) = self.templates.lock() {
-            if map.len() >= ENTRIES {
-                map.clear();
-            }
             map.insert(key, (catalog, t));
         }
     }
@@ -377,7 +420,10 @@ pub(crate) fn rebind_with(
                         return Ok(Transformed::no(node));
                     }
                 },
-                None => node.reset_state()?,
+                None => match crate::params::fill_slots(&node, params)? {
+                    Some(filled) => filled,
+                    None => node.reset_state()?,
+                },
             };
             Ok(Transformed::yes(fresh))
         })
@@ -388,4 +434,43 @@ pub(crate) fn rebind_with(
     FilterPushdown::new_post_optimization()
         .optimize(fresh, options)
         .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: usize) -> Key {
+        (format!("SELECT {i}"), false)
+    }
+
+    #[test]
+    fn a_full_map_keeps_what_was_used_lately() {
+        let mut m = Recent::default();
+        for i in 0..ENTRIES {
+            m.insert(key(i), i);
+        }
+        assert_eq!(m.len(), ENTRIES);
+        // The first ten are used again; the next insertion drops the half
+        // used least recently, which no longer holds them.
+        for i in 0..10 {
+            assert_eq!(m.get(&key(i)), Some(&i));
+        }
+        m.insert(key(ENTRIES), ENTRIES);
+        assert_eq!(m.len(), ENTRIES / 2);
+        for i in 0..10 {
+            assert_eq!(m.get(&key(i)), Some(&i), "{i} was used lately");
+        }
+        assert_eq!(m.get(&key(10)), None);
+        assert_eq!(m.get(&key(ENTRIES - 1)), Some(&(ENTRIES - 1)));
+        assert_eq!(m.get(&key(ENTRIES)), Some(&ENTRIES));
+        // Replacing an entry of a full map drops nothing.
+        let mut full = Recent::default();
+        for i in 0..ENTRIES {
+            full.insert(key(i), i);
+        }
+        full.insert(key(3), 33);
+        assert_eq!(full.len(), ENTRIES);
+        assert_eq!(full.get(&key(3)), Some(&33));
+    }
 }

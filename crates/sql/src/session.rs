@@ -858,14 +858,17 @@ async fn plan_template(
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let optimized = state.optimize(&plan)?;
     let optimized = crate::subquery::rewrite(optimized, state)?;
-    if !crate::params::only_in_scans(&optimized, n) {
+    let slotted = crate::params::into_slots(optimized.clone(), &types)?;
+    if !crate::params::only_in_scans(&slotted, n) {
         return Ok(None);
     }
     let physical = state
         .query_planner()
-        .create_physical_plan(&optimized, state)
+        .create_physical_plan(&slotted, state)
         .await?;
-    if !crate::query_cache::cacheable(&plan, &optimized, &physical) {
+    if !crate::query_cache::cacheable(&plan, &optimized, &physical)
+        || !crate::params::slots_where_filled(&physical)
+    {
         return Ok(None);
     }
     Ok(Some((
