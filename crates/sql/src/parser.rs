@@ -160,6 +160,9 @@ pub struct PreparedQuery {
     /// parameterized form (`crate::normalize`): what runs if the template
     /// does not, instead of `template` bound with `params`.
     pub inline: Option<Box<ast::Statement>>,
+    /// `template`'s key in the templates' map, when it was made already
+    /// (`Parsed::template_key`).
+    pub key: Option<std::sync::Arc<crate::query_cache::Key>>,
 }
 
 impl Statement {

@@ -117,6 +117,11 @@ pub struct Parsed {
     fast: Mutex<Option<PlannedFor>>,
     /// The catalog the text was described against, and its description.
     described: Mutex<Option<(Arc<Catalog>, Arc<Description>)>>,
+    /// The key of the text's only statement as a template
+    /// ([`crate::query_cache::key`], the statement printed), made on
+    /// first use: a prepared query looks its template up at every
+    /// execution.
+    template_key: std::sync::OnceLock<Option<Arc<crate::query_cache::Key>>>,
 }
 
 impl Parsed {
@@ -125,7 +130,19 @@ impl Parsed {
             stmts,
             fast: Mutex::new(None),
             described: Mutex::new(None),
+            template_key: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The template key of the text's only statement, a plain query
+    /// ([`crate::query_cache::key`]).
+    pub(crate) fn template_key(&self) -> Option<Arc<crate::query_cache::Key>> {
+        self.template_key
+            .get_or_init(|| match self.stmts.as_slice() {
+                [Statement::Query(q)] => crate::query_cache::key(q, false).map(Arc::new),
+                _ => None,
+            })
+            .clone()
     }
 
     /// The description kept for `catalog`, if it was made against it.

@@ -512,11 +512,8 @@ impl StatementContext {
             .and_then(|key| self.engine.queries.get(key, &catalog))
         {
             let task_ctx = self.engine.kept_task_ctx(false);
-            let physical = crate::query_cache::rebind(
-                kept.physical.clone(),
-                &self.txn,
-                task_ctx.session_config().options(),
-            )?;
+            let physical =
+                crate::query_cache::rebind(&kept, &self.txn, task_ctx.session_config().options())?;
             return self.run_kept(&kept, physical, task_ctx).await;
         }
         let state = self
@@ -550,18 +547,26 @@ impl StatementContext {
     /// planned at the text's second execution, not its first.
     async fn query_template(
         &self,
-        template: &ast::Statement,
-        params: &[Value],
-        inline: bool,
+        prepared: &PreparedQuery,
     ) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
         use crate::query_cache::Template;
+        let PreparedQuery {
+            template,
+            params,
+            inline,
+            key,
+        } = prepared;
+        let inline = inline.is_some();
         let catalog = self.catalog()?;
-        let Some(key) = crate::query_cache::key(template, false) else {
+        let Some(key) = key
+            .clone()
+            .or_else(|| crate::query_cache::key(template, false).map(Arc::new))
+        else {
             return Ok(None);
         };
         let kept = match self.engine.queries.template(&key, &catalog) {
             None if inline => {
-                self.engine.queries.put_seen(key, catalog);
+                self.engine.queries.put_seen((*key).clone(), catalog);
                 return Ok(None);
             }
             Some(t) if !matches!(t, Template::Seen) => t,
@@ -577,7 +582,7 @@ impl StatementContext {
                     .ok()
                     .flatten();
                 self.engine.queries.put_template(
-                    key,
+                    (*key).clone(),
                     catalog,
                     planned
                         .as_ref()
@@ -594,7 +599,7 @@ impl StatementContext {
         };
         let task_ctx = self.engine.kept_task_ctx(false);
         let Some(physical) = crate::query_cache::rebind_with(
-            query.physical.clone(),
+            &query,
             &self.txn,
             task_ctx.session_config().options(),
             &values,
@@ -731,16 +736,14 @@ impl StatementContext {
             Statement::PreparedQuery(p) => {
                 // Boxed: planning a template is a large future, and
                 // `run`'s own would carry it for every statement.
-                if let Some((schema, batches)) =
-                    Box::pin(self.query_template(&p.template, &p.params, p.inline.is_some()))
-                        .await?
-                {
+                if let Some((schema, batches)) = Box::pin(self.query_template(&p)).await? {
                     return Ok(Output::Rows { schema, batches });
                 }
                 let PreparedQuery {
                     template,
                     params,
                     inline,
+                    ..
                 } = *p;
                 if let Some(q) = inline {
                     return Box::pin(self.run(Statement::Query(q), read_only)).await;
@@ -1510,6 +1513,7 @@ impl Session {
                     template: (**q).clone(),
                     params: params.to_vec(),
                     inline: None,
+                    key: parsed.template_key(),
                 }))]
             }
             _ => match sql {
@@ -1587,6 +1591,7 @@ impl Session {
                     template: (**template).clone(),
                     params: n.params,
                     inline: Some(q.clone()),
+                    key: parsed.template_key(),
                 }))]
             }
             _ => stmts,
