@@ -384,9 +384,10 @@ fn inline_values_use_the_template_of_their_parameterized_form() {
         assert_eq!(sums(&mut s, a), sums(&mut reference, a), "A = {a}");
     }
     assert_eq!(count(), 4);
-    // A row count and column positions stay in the text (each such text
-    // has its own template); a literal alone in a projection becomes a
-    // parameter of no type: planned as sent, every time.
+    // A row count, column positions and a literal alone in a select list
+    // stay in the text (each such text has its own template); a signed
+    // one there (`-7`) still becomes a parameter, of no type: the text is
+    // planned as sent, every time.
     for (sql, kept) in [
         (
             "SELECT A, B FROM Parents WHERE A = 2 ORDER BY B LIMIT 1",
@@ -396,6 +397,14 @@ fn inline_values_use_the_template_of_their_parameterized_form() {
         ("SELECT K FROM Kids WHERE A = 1 GROUP BY K ORDER BY 1", true),
         (
             "SELECT A, 7 AS seven FROM Parents WHERE A = 1 ORDER BY B",
+            true,
+        ),
+        (
+            "SELECT 1 AS one FROM Parents WHERE A = 1 AND B = 'x' LIMIT 1",
+            true,
+        ),
+        (
+            "SELECT A, -7 AS m FROM Parents WHERE A = 1 ORDER BY B",
             false,
         ),
     ] {

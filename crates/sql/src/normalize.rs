@@ -24,11 +24,11 @@
 //!   runs what the original text would run: the fast matchers accept a
 //!   parameter only where a literal of the same value means the same (a
 //!   key comparison, an inserted value, a `SET` value or delta); a
-//!   template only where a scan or a slot takes it (`crate::params`; a
-//!   literal alone in a projection, whose parameter has no type, leaves
-//!   the text on its usual way), and only with a value of its
-//!   placeholder's inferred type. A row count (`LIMIT 3`) and a column
-//!   position (`ORDER BY 2`) stay in the text ([`Clauses`]). Each
+//!   template only where a scan or a slot takes it (`crate::params`),
+//!   and only with a value of its placeholder's inferred type. A row
+//!   count (`LIMIT 3`), a column position (`ORDER BY 2`) and a literal
+//!   that is a whole select item (`SELECT 1 AS one`, whose parameter
+//!   would have no type) stay in the text ([`Clauses`]). Each
 //!   parameter gets exactly the value the parser gives that literal
 //!   (`dml::literal_value`: an integer that fits INT64, a string).
 //! * Anything else — no literal, a `$n` already in the text, a
@@ -78,11 +78,20 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
     let mut prev: Option<&Token> = None;
     let mut minus: Option<Location> = None;
     let mut clauses = Clauses::default();
-    for t in &tokens {
+    let significant: Vec<_> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .collect();
+    for (i, t) in significant.iter().enumerate() {
+        let next = significant.get(i + 1).map(|t| &t.token);
         let value = match &t.token {
-            Token::Whitespace(_) => continue,
             Token::Placeholder(_) => return None,
             Token::Number(..) if minus.is_none() && clauses.keeps_number(prev) => None,
+            Token::Number(..) | Token::SingleQuotedString(_)
+                if minus.is_none() && clauses.keeps_item(prev, next) =>
+            {
+                None
+            }
             Token::Number(n, false) => {
                 let signed = if minus.is_some() {
                     format!("-{n}")
@@ -119,22 +128,59 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
     Some(Normalized { text, params })
 }
 
-/// Where a number stays in the text instead of becoming a parameter: a
-/// row count (`LIMIT 3`, `OFFSET 10`, `FETCH FIRST 5 ROWS`) and a column
-/// ordinal (`ORDER BY 2, 1`, `GROUP BY 1`). Neither is a value a scan can
-/// plan as a parameter (`crate::params`): a text with one in a parameter
-/// would never run a template, one with the number kept runs the template
-/// of that text (a template per LIMIT, each shared by every other value).
-/// Keeping a number inline is always correct; it only shares less.
+/// Where a literal stays in the text instead of becoming a parameter: a
+/// row count (`LIMIT 3`, `OFFSET 10`, `FETCH FIRST 5 ROWS`), a column
+/// ordinal (`ORDER BY 2, 1`, `GROUP BY 1`), and a literal that is a whole
+/// item of a select list (`SELECT 1 AS one FROM t WHERE id = 5 LIMIT 1`,
+/// an ORM's existence test). None is a value a template can take
+/// (`crate::params`): a row count or an ordinal is baked into
+/// DataFusion's operators, and a parameter alone in a projection has no
+/// type. A text with one in a parameter would never run a template; one
+/// with the literal kept runs the template of that text (a template per
+/// LIMIT, each shared by every other value). Keeping a literal inline is
+/// always correct; it only shares less.
 #[derive(Default)]
 struct Clauses {
     /// Parenthesis depth at the current token.
     depth: usize,
     /// The depth of the ORDER BY / GROUP BY list being read, if any.
     ordinals: Option<usize>,
+    /// The depth of the select list being read, if any (a subquery's
+    /// list ends the outer one's tracking: its later items are
+    /// parameters again, which is only less sharing).
+    select: Option<usize>,
 }
 
 impl Clauses {
+    /// Whether a literal between `prev` and `next` is a whole item of the
+    /// select list being read.
+    fn keeps_item(&self, prev: Option<&Token>, next: Option<&Token>) -> bool {
+        use datafusion::sql::sqlparser::keywords::Keyword;
+        if self.select != Some(self.depth) {
+            return false;
+        }
+        let starts = match prev {
+            Some(Token::Comma) => true,
+            Some(Token::Word(w)) => {
+                w.quote_style.is_none()
+                    && matches!(
+                        w.keyword,
+                        Keyword::SELECT | Keyword::DISTINCT | Keyword::ALL
+                    )
+            }
+            _ => false,
+        };
+        let ends = match next {
+            None | Some(Token::Comma | Token::SemiColon | Token::RParen) => true,
+            Some(Token::Word(w)) => {
+                w.quote_style.is_some()
+                    || matches!(w.keyword, Keyword::AS | Keyword::FROM | Keyword::NoKeyword)
+            }
+            _ => false,
+        };
+        starts && ends
+    }
+
     /// Whether a number after `prev` stays inline.
     fn keeps_number(&self, prev: Option<&Token>) -> bool {
         use datafusion::sql::sqlparser::keywords::Keyword;
@@ -159,6 +205,9 @@ impl Clauses {
                 if self.ordinals.is_some_and(|d| d > self.depth) {
                     self.ordinals = None;
                 }
+                if self.select.is_some_and(|d| d > self.depth) {
+                    self.select = None;
+                }
             }
             Token::Word(w) if w.quote_style.is_none() => match w.keyword {
                 Keyword::BY => {
@@ -166,7 +215,11 @@ impl Clauses {
                         if p.quote_style.is_none()
                             && matches!(p.keyword, Keyword::ORDER | Keyword::GROUP));
                     self.ordinals = list.then_some(self.depth);
+                    if self.select == Some(self.depth) {
+                        self.select = None;
+                    }
                 }
+                Keyword::SELECT => self.select = Some(self.depth),
                 Keyword::LIMIT
                 | Keyword::OFFSET
                 | Keyword::FETCH
@@ -178,9 +231,13 @@ impl Clauses {
                 | Keyword::FOR
                 | Keyword::FROM
                 | Keyword::WHERE
-                    if self.ordinals == Some(self.depth) =>
-                {
-                    self.ordinals = None;
+                | Keyword::INTO => {
+                    if self.ordinals == Some(self.depth) {
+                        self.ordinals = None;
+                    }
+                    if self.select == Some(self.depth) {
+                        self.select = None;
+                    }
                 }
                 _ => {}
             },
@@ -339,9 +396,9 @@ mod tests {
         );
         // Non-ASCII text before a literal on another line.
         assert_eq!(
-            norm("SELECT 'ü' AS \"ä\",\n  x FROM t WHERE id=1"),
+            norm("SELECT x || 'ü' AS \"ä\",\n  x FROM t WHERE id=1"),
             Some((
-                "SELECT $1 AS \"ä\",\n  x FROM t WHERE id=$2".into(),
+                "SELECT x || $1 AS \"ä\",\n  x FROM t WHERE id=$2".into(),
                 vec![Value::String("ü".into()), Value::Int64(1)]
             ))
         );
@@ -407,9 +464,9 @@ mod tests {
             ))
         );
         assert_eq!(
-            norm("SELECT a FROM t ORDER BY 1 UNION SELECT 6"),
+            norm("SELECT a FROM t ORDER BY 1 UNION SELECT b FROM u WHERE c = 6"),
             Some((
-                "SELECT a FROM t ORDER BY 1 UNION SELECT $1".into(),
+                "SELECT a FROM t ORDER BY 1 UNION SELECT b FROM u WHERE c = $1".into(),
                 vec![Value::Int64(6)]
             ))
         );
@@ -422,6 +479,42 @@ mod tests {
             ))
         );
         assert_eq!(norm("SELECT a FROM t LIMIT 10"), None);
+    }
+
+    #[test]
+    fn select_items_that_are_literals_stay_inline() {
+        assert_eq!(
+            norm("SELECT 1 AS one FROM t WHERE id = 5 LIMIT 1"),
+            Some((
+                "SELECT 1 AS one FROM t WHERE id = $1 LIMIT 1".into(),
+                vec![Value::Int64(5)]
+            ))
+        );
+        assert_eq!(
+            norm("SELECT DISTINCT 'a', x, 2 y, x + 3, \"q\" FROM t WHERE k = 'b'"),
+            Some((
+                "SELECT DISTINCT 'a', x, 2 y, x + $1, \"q\" FROM t WHERE k = $2".into(),
+                vec![Value::Int64(3), Value::String("b".into())]
+            ))
+        );
+        // A subquery's list is read as its own; the outer list's items
+        // after it are parameters again (less sharing, never wrong).
+        assert_eq!(
+            norm("SELECT (SELECT 3 FROM u), 4 FROM t WHERE a = 5"),
+            Some((
+                "SELECT (SELECT 3 FROM u), $1 FROM t WHERE a = $2".into(),
+                vec![Value::Int64(4), Value::Int64(5)]
+            ))
+        );
+        // Only in the select list: a value after FROM is a parameter.
+        assert_eq!(
+            norm("SELECT a FROM t WHERE b IN (1, 2)"),
+            Some((
+                "SELECT a FROM t WHERE b IN ($1, $2)".into(),
+                vec![Value::Int64(1), Value::Int64(2)]
+            ))
+        );
+        assert_eq!(norm("SELECT 1, 'x'"), None);
     }
 
     #[test]
