@@ -77,6 +77,8 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
     // sign right before the current token that may be a literal's sign.
     let mut prev: Option<&Token> = None;
     let mut minus: Option<Location> = None;
+    // The token before that minus sign.
+    let mut signed: Option<&Token> = None;
     let mut clauses = Clauses::default();
     let significant: Vec<_> = tokens
         .iter()
@@ -87,8 +89,13 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
         let value = match &t.token {
             Token::Placeholder(_) => return None,
             Token::Number(..) if minus.is_none() && clauses.keeps_number(prev) => None,
-            Token::Number(..) | Token::SingleQuotedString(_)
-                if minus.is_none() && clauses.keeps_item(prev, next) =>
+            Token::SingleQuotedString(_) if minus.is_none() && clauses.keeps_item(prev, next) => {
+                None
+            }
+            // A number with its sign (`SELECT -7 AS m`): the item starts
+            // before the sign.
+            Token::Number(..)
+                if clauses.keeps_item(if minus.is_some() { signed } else { prev }, next) =>
             {
                 None
             }
@@ -116,6 +123,7 @@ pub(crate) fn normalize(sql: &str) -> Option<Normalized> {
             }
             None => {
                 minus = (t.token == Token::Minus && unary_position(prev)).then_some(t.span.start);
+                signed = prev;
             }
         }
         clauses.after(prev, &t.token);
@@ -515,6 +523,14 @@ mod tests {
             ))
         );
         assert_eq!(norm("SELECT 1, 'x'"), None);
+        // With its sign; a minus that is an operator is no sign.
+        assert_eq!(
+            norm("SELECT a, -7 AS m, 1 - 2 FROM t WHERE b = -3"),
+            Some((
+                "SELECT a, -7 AS m, $1 - $2 FROM t WHERE b = $3".into(),
+                vec![Value::Int64(1), Value::Int64(2), Value::Int64(-3)]
+            ))
+        );
     }
 
     #[test]
