@@ -97,9 +97,12 @@ const QUERIES: &[(&str, usize, bool)] = &[
     ("SELECT A, CASE WHEN V > $2 THEN 'hi' ELSE 'lo' END AS c FROM Parents WHERE A = $1 ORDER BY B", 2, true),
     ("SELECT A, count(*) AS n FROM Kids WHERE A >= $1 GROUP BY A HAVING count(*) > $2 ORDER BY A", 2, true),
     ("SELECT p.B, k.K FROM Parents p JOIN Kids k ON p.A = k.A AND p.B = k.B AND k.X > $2 WHERE p.A = $1 ORDER BY p.B, k.K", 2, true),
+    // A row count given as a parameter is written in (a template per
+    // count; a negative or NULL one takes the literal path).
+    ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY B LIMIT $2", 2, true),
+    ("SELECT K, X FROM Kids WHERE A = $2 ORDER BY K LIMIT 2 OFFSET $1", 2, true),
     // Parameters DataFusion would bake into operators with no slot: not
     // kept.
-    ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY B LIMIT $2", 2, false),
     ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY V + $2, B", 2, false),
 ];
 

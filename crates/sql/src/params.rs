@@ -29,7 +29,10 @@
 //! form (`crate::normalize`) from that form's second execution on
 //! (`Session::with_templates`; [`crate::query_cache::Template::Seen`]
 //! after the first, so that a query typed once is not planned twice);
-//! when the template does not run, the text runs as sent. `SET
+//! when the template does not run, the text runs as sent. A prepared
+//! query's row count (`… WHERE id = $1 LIMIT $2`, as ORMs send it) is
+//! written into its text ([`inline_row_counts`]): the template of that
+//! count runs. `SET
 //! plan_cache_mode = force_custom_plan` turns templates off (PostgreSQL's
 //! name; its `force_generic_plan` is `auto` here).
 //!
@@ -94,6 +97,7 @@ use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::sql::sqlparser::ast;
 use spindle_keys::Value;
 
 /// Whether any of `filters` holds a placeholder.
@@ -490,4 +494,157 @@ pub(crate) fn fill_slots(
         return Ok(Some(Arc::new(filled)));
     }
     Ok(None)
+}
+
+/// `stmt` (a query with parameters) with each parameter that is its row
+/// count or offset alone (`LIMIT $2`, `OFFSET $3`, as ORMs send a find by
+/// key: `… WHERE id = $1 LIMIT $2`) written in as the number it was given,
+/// the other parameters renumbered `$1 … $m`, and their values; `None`
+/// when there is no such parameter.
+///
+/// A row count is baked into DataFusion's operators (a limit, a sort's
+/// fetch, a scan's), so a template cannot take it as a parameter; with
+/// the number in its text, the query has a template per row count (the
+/// key is the statement printed), each run for every other value. Only a
+/// non-negative INT64 is written in, and only for a parameter used
+/// nowhere else in the statement; anything else (NULL, a string) keeps
+/// its `$n`, and the template declines as before.
+pub(crate) fn inline_row_counts(
+    stmt: &ast::Statement,
+    params: &[Value],
+) -> Option<(ast::Statement, Vec<Value>)> {
+    use std::ops::ControlFlow;
+    let ast::Statement::Query(q) = stmt else {
+        return None;
+    };
+    let placeholder = |e: &ast::Expr| match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Placeholder(p) => position(p),
+            _ => None,
+        },
+        _ => None,
+    };
+    let count = |i: usize| matches!(params.get(i), Some(Value::Int64(n)) if *n >= 0);
+    let mut uses = vec![0usize; params.len()];
+    let _ = ast::visit_expressions(stmt, |e| {
+        if let Some(slot) = placeholder(e).and_then(|i| uses.get_mut(i)) {
+            *slot += 1;
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let inlinable =
+        |e: &ast::Expr| placeholder(e).filter(|i| count(*i) && uses.get(*i) == Some(&1));
+    let mut q = q.clone();
+    let mut inlined = vec![false; params.len()];
+    let number = |i: usize| match params.get(i) {
+        Some(Value::Int64(n)) => Some(ast::Expr::value(ast::Value::Number(n.to_string(), false))),
+        _ => None,
+    };
+    let mut write_in = |e: &mut ast::Expr| {
+        if let Some(i) = inlinable(e) {
+            if let Some(n) = number(i) {
+                *e = n;
+                inlined[i] = true;
+            }
+        }
+    };
+    match &mut q.limit_clause {
+        Some(ast::LimitClause::LimitOffset { limit, offset, .. }) => {
+            if let Some(l) = limit {
+                write_in(l);
+            }
+            if let Some(o) = offset {
+                write_in(&mut o.value);
+            }
+        }
+        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
+            write_in(offset);
+            write_in(limit);
+        }
+        None => {}
+    }
+    if !inlined.iter().any(|x| *x) {
+        return None;
+    }
+    // `$n` → `$m`, m counting the parameters that stay.
+    let mut renumbered = vec![None; params.len()];
+    let mut kept = Vec::new();
+    for (i, v) in params.iter().enumerate() {
+        if !inlined[i] {
+            kept.push(v.clone());
+            renumbered[i] = Some(kept.len());
+        }
+    }
+    let mut stmt = ast::Statement::Query(q);
+    let _ = ast::visit_expressions_mut(&mut stmt, |e| {
+        if let Some(m) = placeholder(e).and_then(|i| renumbered.get(i).copied().flatten()) {
+            *e = ast::Expr::value(ast::Value::Placeholder(format!("${m}")));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    Some((stmt, kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(sql: &str) -> ast::Statement {
+        let mut stmts = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+            &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+            sql,
+        )
+        .unwrap();
+        stmts.remove(0)
+    }
+
+    fn inlined(sql: &str, params: &[Value]) -> Option<(String, Vec<Value>)> {
+        inline_row_counts(&query(sql), params).map(|(s, p)| (s.to_string(), p))
+    }
+
+    #[test]
+    fn row_counts_are_written_in_and_the_rest_renumbered() {
+        let int = Value::Int64;
+        assert_eq!(
+            inlined(
+                "SELECT a FROM t WHERE b = $1 AND c = $3 LIMIT $2 OFFSET $4",
+                &[int(5), int(3), int(7), int(0)]
+            ),
+            Some((
+                "SELECT a FROM t WHERE b = $1 AND c = $2 LIMIT 3 OFFSET 0".into(),
+                vec![int(5), int(7)]
+            ))
+        );
+        assert_eq!(
+            inlined(
+                "SELECT a FROM t WHERE b = $2 LIMIT 2 OFFSET $1",
+                &[int(1), int(9)]
+            ),
+            Some((
+                "SELECT a FROM t WHERE b = $1 LIMIT 2 OFFSET 1".into(),
+                vec![int(9)]
+            ))
+        );
+        // Every parameter a row count: none left.
+        assert_eq!(
+            inlined("SELECT a FROM t LIMIT $1", &[int(2)]),
+            Some(("SELECT a FROM t LIMIT 2".into(), vec![]))
+        );
+        // Not written in: a parameter used elsewhere too, a negative, NULL
+        // or text row count, a LIMIT of an expression, a subquery's LIMIT.
+        for (sql, params) in [
+            ("SELECT a FROM t WHERE b < $1 LIMIT $1", vec![int(3)]),
+            ("SELECT a FROM t LIMIT $1", vec![int(-1)]),
+            ("SELECT a FROM t LIMIT $1", vec![Value::Null]),
+            ("SELECT a FROM t LIMIT $1", vec![Value::String("3".into())]),
+            ("SELECT a FROM t LIMIT $1 + 1", vec![int(3)]),
+            (
+                "SELECT a FROM (SELECT a FROM t LIMIT $1) AS s",
+                vec![int(3)],
+            ),
+            ("SELECT a FROM t WHERE b = $1", vec![int(3)]),
+        ] {
+            assert_eq!(inlined(sql, &params), None, "{sql}");
+        }
+    }
 }

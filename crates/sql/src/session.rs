@@ -1509,11 +1509,17 @@ impl Session {
                     && matches!(**q, ast::Statement::Query(_))
                     && self.settings.generic_plans() =>
             {
+                // A row count given as a parameter is written in: the
+                // template of that count runs.
+                let (template, params, key) = match crate::params::inline_row_counts(q, params) {
+                    Some((template, params)) => (template, params, None),
+                    None => ((**q).clone(), params.to_vec(), parsed.template_key()),
+                };
                 vec![Statement::PreparedQuery(Box::new(PreparedQuery {
-                    template: (**q).clone(),
-                    params: params.to_vec(),
+                    template,
+                    params,
                     inline: None,
-                    key: parsed.template_key(),
+                    key,
                 }))]
             }
             _ => match sql {
