@@ -1578,3 +1578,44 @@ async fn unnamed_statements_follow_schema_changes() {
     let e = a.query(sql, &[&1i64]).await.unwrap_err();
     assert!(e.to_string().contains("error serializing"), "{e:?}");
 }
+
+/// A LIMIT or OFFSET parameter is described as a bigint, as PostgreSQL
+/// does, so that a client sends it as a number (ORMs prepare a find as
+/// `… WHERE id = $1 LIMIT $2`); each row count runs (a template per count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_row_counts_are_bigints() {
+    let addr = start(None).await;
+    let c = connect(addr).await;
+    c.batch_execute(
+        "CREATE TABLE rc (k bigint PRIMARY KEY, v text NOT NULL);
+         INSERT INTO rc VALUES (1, 'a'), (2, 'b'), (3, 'b'), (4, 'b'), (5, 'c')",
+    )
+    .await
+    .unwrap();
+    let find = c
+        .prepare("SELECT k FROM rc WHERE v = $1 ORDER BY k LIMIT $2 OFFSET $3")
+        .await
+        .unwrap();
+    assert_eq!(
+        find.params(),
+        &[
+            tokio_postgres::types::Type::TEXT,
+            tokio_postgres::types::Type::INT8,
+            tokio_postgres::types::Type::INT8
+        ]
+    );
+    let ks = |rows: Vec<tokio_postgres::Row>| rows.iter().map(|r| r.get(0)).collect::<Vec<i64>>();
+    for (v, limit, offset, want) in [
+        ("b", 2i64, 0i64, vec![2i64, 3]),
+        ("b", 2, 1, vec![3, 4]),
+        ("b", 1, 0, vec![2]),
+        ("a", 5, 0, vec![1]),
+        ("b", 0, 0, vec![]),
+        ("b", 2, 0, vec![2, 3]),
+    ] {
+        let rows = c.query(&find, &[&v, &limit, &offset]).await.unwrap();
+        assert_eq!(ks(rows), want, "{v} {limit} {offset}");
+    }
+    let e = c.query(&find, &[&"b", &-1i64, &0i64]).await.unwrap_err();
+    assert_eq!(sqlstate(&e).len(), 5, "{e:?}");
+}

@@ -106,6 +106,14 @@ async fn describe_statement(
     for (n, ty) in cast_placeholders(&stmt) {
         set(&mut params, n, Some(ty));
     }
+    // A row count or offset alone (`LIMIT $2`) is a BIGINT, as in
+    // PostgreSQL; DataFusion infers no type for it, and a client would
+    // send it as text, which no LIMIT takes.
+    if let Statement::Query(q) = &stmt {
+        for n in row_count_placeholders(q) {
+            set(&mut params, n, Some(ArrowType::Int64));
+        }
+    }
     let plan_types = |stmt: ast::Statement| {
         let engine = engine.clone();
         let catalog = catalog.clone();
@@ -276,6 +284,31 @@ fn table_of<'a>(catalog: &'a Catalog, name: &str) -> Option<&'a spindle_catalog:
         _ => return None,
     };
     catalog.table(&name)
+}
+
+/// The `$n` that are a LIMIT or OFFSET alone, in any query of `stmt`.
+fn row_count_placeholders(stmt: &ast::Statement) -> Vec<usize> {
+    use datafusion::sql::sqlparser::ast::{Visit, Visitor};
+    struct RowCounts(Vec<usize>);
+    impl Visitor for RowCounts {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &ast::Query) -> ControlFlow<()> {
+            let exprs: Vec<&ast::Expr> = match &q.limit_clause {
+                Some(ast::LimitClause::LimitOffset { limit, offset, .. }) => limit
+                    .iter()
+                    .chain(offset.iter().map(|o| &o.value))
+                    .collect(),
+                Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => vec![offset, limit],
+                None => Vec::new(),
+            };
+            self.0
+                .extend(exprs.into_iter().filter_map(placeholder_index));
+            ControlFlow::Continue(())
+        }
+    }
+    let mut found = RowCounts(Vec::new());
+    let _ = stmt.visit(&mut found);
+    found.0
 }
 
 fn set(params: &mut [Option<ArrowType>], n: usize, ty: Option<ArrowType>) {
@@ -503,5 +536,31 @@ mod tests {
         assert!(err.to_string().contains("multiple commands"), "{err}");
         let empty = s.describe("").await.unwrap();
         assert!(empty.params.is_empty() && empty.columns.is_none());
+    }
+
+    /// A LIMIT or OFFSET parameter is a BIGINT (PostgreSQL's type), in a
+    /// subquery too; a cast declares another.
+    #[tokio::test]
+    async fn row_count_parameters_are_bigints() {
+        let engine = Engine::open(None).unwrap();
+        let mut s = engine.session();
+        run(&mut s, "CREATE TABLE rc (k text PRIMARY KEY, n bigint)").await;
+        let d = s
+            .describe("SELECT n FROM rc WHERE k = $1 LIMIT $2 OFFSET $3")
+            .await
+            .unwrap();
+        assert_eq!(
+            d.params,
+            [
+                Some(ArrowType::Utf8),
+                Some(ArrowType::Int64),
+                Some(ArrowType::Int64)
+            ]
+        );
+        let d = s
+            .describe("SELECT count(*) FROM (SELECT n FROM rc ORDER BY n LIMIT $1) AS s")
+            .await
+            .unwrap();
+        assert_eq!(d.params, [Some(ArrowType::Int64)]);
     }
 }
