@@ -451,6 +451,12 @@ pub(crate) fn fill_slots(
     node: &Arc<dyn ExecutionPlan>,
     params: &[ScalarValue],
 ) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {
+    // Slots are made only from placeholders: a plan kept by its text
+    // (re-bound with no parameters) has none, and its filters and
+    // projections are not walked at every run.
+    if params.is_empty() {
+        return Ok(None);
+    }
     let fill = |e: &Arc<dyn PhysicalExpr>| -> datafusion::error::Result<Transformed<Arc<dyn PhysicalExpr>>> {
         e.clone().transform_up(|e| match slot_index(&e) {
             Some(i) => match params.get(i) {
