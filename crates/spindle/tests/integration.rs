@@ -16,6 +16,7 @@ mod crash_2pc;
 mod fastpath;
 mod hidden_keys;
 mod indexes;
+mod join_constants;
 mod join_keys;
 mod output_names;
 mod pg_scripts;

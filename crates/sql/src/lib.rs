@@ -18,6 +18,8 @@
 //! * `query_cache` — DataFusion plans of queries kept by text, re-bound
 //!   to each transaction (a query sent again is not planned again).
 //! * [`provider`] — filters → key ranges → scans; [`info_schema`].
+//! * `join_constants` — a key fixed on one side of an inner join
+//!   fixed on the other (so a row tree's third table is read by key).
 //! * `join_keys` — a hash join's build-side keys as the key ranges of
 //!   its probe-side scan (read by seeking).
 //! * [`types`] — Spindle ↔ Arrow types and values; `checked` — INT64
@@ -35,6 +37,7 @@ pub(crate) mod helper_threads;
 pub mod hints;
 pub(crate) mod index;
 pub mod info_schema;
+pub(crate) mod join_constants;
 pub(crate) mod join_keys;
 pub(crate) mod normalize;
 pub(crate) mod params;

@@ -190,6 +190,9 @@ impl Engine {
         let mut base = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
+            // After DataFusion's logical rules in each pass: a key fixed on
+            // one side of an inner join is fixed on the other too,
+            .with_optimizer_rule(Arc::new(crate::join_constants::JoinConstants))
             // After DataFusion's rules: rows of a scan read as two
             // partitions reach the client in key order,
             .with_physical_optimizer_rule(Arc::new(crate::split_scan::KeyOrderAtRoot))
