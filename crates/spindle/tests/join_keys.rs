@@ -153,6 +153,29 @@ fn a_probe_scan_reads_only_the_build_sides_keys() {
     }
 }
 
+/// A join on two keys publishes `struct(oid, n) IN (…)`: the scan reads
+/// the build side's `oid` values (before: the whole table).
+#[test]
+fn a_join_on_two_keys_reads_its_leading_keys_values() {
+    let db = db();
+    let mut s = db.session();
+    let b_orders = (0..ORDERS).filter(|o| seg_of(*o) == "b").count() as u64;
+    for table in ["line", "cline", "dline"] {
+        let sql = format!(
+            "SELECT count(*), sum(l.v) FROM (SELECT oid, 1 AS n FROM ord WHERE seg = 'b') o \
+             JOIN {table} l ON l.oid = o.oid AND l.n = o.n"
+        );
+        let sum: i64 = (0..ORDERS).filter(|o| seg_of(*o) == "b").map(|o| o * 10 + 1).sum();
+        assert_eq!(
+            rows(&mut s, &sql),
+            vec![vec![Value::Int64(b_orders as i64), Value::Int64(sum)]],
+            "{table}"
+        );
+        let read = scan_rows(&mut s, &sql, table);
+        assert!(about(read, b_orders * LINES as u64), "{table}: {read}");
+    }
+}
+
 #[test]
 fn string_keys_and_duplicate_build_keys() {
     let db = db();

@@ -35,12 +35,13 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::Array;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::{
     BinaryExpr, CaseExpr, Column, DynamicFilterPhysicalExpr, InListExpr, Literal,
 };
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 
 /// Counters of an engine's scans (a DataFusion session-config extension,
 /// so that a scan finds them in its task context).
@@ -88,7 +89,13 @@ pub(crate) fn key_values(expr: &Arc<dyn PhysicalExpr>, column: usize) -> Option<
         };
     }
     if let Some(list) = expr.downcast_ref::<InListExpr>() {
-        if list.negated() || !is_col(list.expr()) {
+        if list.negated() {
+            return None;
+        }
+        if let Some(field) = struct_field_of(list.expr(), column) {
+            return struct_values(list, field);
+        }
+        if !is_col(list.expr()) {
             return None;
         }
         let mut values = Vec::with_capacity(list.len());
@@ -144,6 +151,42 @@ pub(crate) fn key_values(expr: &Arc<dyn PhysicalExpr>, column: usize) -> Option<
         return Some(all);
     }
     None
+}
+
+/// Which field of `struct(…)` is output column `column`, when `expr` is
+/// that function of columns: a join on several keys publishes its build
+/// keys as `struct(k1, k2) IN (struct(…), …)`.
+fn struct_field_of(expr: &Arc<dyn PhysicalExpr>, column: usize) -> Option<usize> {
+    let f = expr.downcast_ref::<ScalarFunctionExpr>()?;
+    if f.name() != "struct" {
+        return None;
+    }
+    f.args().iter().position(|a| {
+        a.downcast_ref::<Column>()
+            .is_some_and(|c| c.index() == column)
+    })
+}
+
+/// Field `field` of each struct literal of `list`, or `None` (any value
+/// may pass) if an entry is anything else or has a NULL there: whether a
+/// NULL field can match depends on how the join compares NULLs, so no
+/// point can stand for it.
+fn struct_values(list: &InListExpr, field: usize) -> Option<Vec<ScalarValue>> {
+    let mut values = Vec::with_capacity(list.len());
+    for e in list.list() {
+        let ScalarValue::Struct(s) = e.downcast_ref::<Literal>()?.value() else {
+            return None;
+        };
+        if s.len() != 1 || s.is_null(0) {
+            return None;
+        }
+        let v = ScalarValue::try_from_array(s.columns().get(field)?, 0).ok()?;
+        if v.is_null() {
+            return None;
+        }
+        values.push(v);
+    }
+    Some(values)
 }
 
 /// Sorted, disjoint key ranges a scan is restricted to: each is every
@@ -360,6 +403,69 @@ mod tests {
         assert_eq!(values(key_values(&or, 0)), Some(vec![9, 3, 1]));
         assert_eq!(values(key_values(&lit(false), 0)), Some(vec![]));
         assert_eq!(values(key_values(&lit(true), 0)), None);
+    }
+
+    /// `struct(cols…) IN (rows…)`, as a join on several keys publishes it.
+    fn struct_in(s: &Schema, cols: &[&str], rows: &[&[Option<i64>]]) -> Arc<dyn PhysicalExpr> {
+        use datafusion::arrow::array::{ArrayRef, Int64Array, StructArray};
+        use datafusion::arrow::datatypes::Fields;
+        let args: Vec<Arc<dyn PhysicalExpr>> = cols.iter().map(|c| col(c, s).unwrap()).collect();
+        let fields: Fields = cols
+            .iter()
+            .map(|c| Field::new(*c, DataType::Int64, true))
+            .collect();
+        let arrays: Vec<ArrayRef> = (0..cols.len())
+            .map(|i| Arc::new(rows.iter().map(|r| r[i]).collect::<Int64Array>()) as ArrayRef)
+            .collect();
+        let array = Arc::new(StructArray::new(fields.clone(), arrays, None));
+        let f = Arc::new(ScalarFunctionExpr::new(
+            "struct",
+            datafusion::functions::core::r#struct(),
+            args,
+            Arc::new(Field::new("struct", DataType::Struct(fields), true)),
+            Arc::new(datafusion::common::config::ConfigOptions::default()),
+        ));
+        Arc::new(InListExpr::try_new_from_array(f, array, false, s).unwrap())
+    }
+
+    #[test]
+    fn a_multi_key_joins_struct_list_names_each_columns_values() {
+        let s = schema();
+        let both = struct_in(
+            &s,
+            &["a", "b"],
+            &[
+                &[Some(7), Some(1)],
+                &[Some(7), Some(2)],
+                &[Some(9), Some(1)],
+            ],
+        );
+        assert_eq!(values(key_values(&both, 0)), Some(vec![7, 7, 9]));
+        assert_eq!(values(key_values(&both, 1)), Some(vec![1, 2, 1]));
+        // With the bounds DataFusion puts before it.
+        let bounds: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+            Arc::new(BinaryExpr::new(
+                col("a", &s).unwrap(),
+                Operator::GtEq,
+                lit(7i64),
+            )),
+            Operator::And,
+            Arc::new(BinaryExpr::new(
+                col("a", &s).unwrap(),
+                Operator::LtEq,
+                lit(9i64),
+            )),
+        ));
+        let and: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(bounds, Operator::And, both));
+        assert_eq!(values(key_values(&and, 0)), Some(vec![7, 7, 9]));
+        // Column b alone in the struct: a's values are not named.
+        let only_b = struct_in(&s, &["b", "b"], &[&[Some(1), Some(1)]]);
+        assert_eq!(values(key_values(&only_b, 0)), None);
+        // A NULL field: whether it can match is the join's business, so
+        // the column is read whole.
+        let null = struct_in(&s, &["a", "b"], &[&[Some(7), Some(1)], &[None, Some(2)]]);
+        assert_eq!(values(key_values(&null, 0)), None);
+        assert_eq!(values(key_values(&null, 1)), Some(vec![1, 2]));
     }
 
     #[test]
