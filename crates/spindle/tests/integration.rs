@@ -27,3 +27,4 @@ mod row_filter;
 mod split_scan;
 mod splits;
 mod templates;
+mod tree_join;

@@ -431,7 +431,7 @@ pub(crate) fn match_key_range(
 
 /// The `[start, end)` of the storage keys a [`KeyRange::Scan`] covers
 /// (rows of other tables of the row trees in it are skipped by decoding).
-fn scan_bounds(
+pub(crate) fn scan_bounds(
     catalog: &Catalog,
     chain: &[&Table],
     eq: &[Value],
@@ -982,7 +982,7 @@ fn point_batch(plan: &SelectPlan, key: &[Value], stored: &[u8]) -> Result<Record
 /// the rest of the scan to [`crate::blocking`]: a short range (a row
 /// tree's children, a few keys) costs microseconds, less than the
 /// hand-off of a tokio worker `block_in_place` makes.
-const INLINE_SCAN_ENTRIES: usize = 256;
+pub(crate) const INLINE_SCAN_ENTRIES: usize = 256;
 
 /// An UPDATE's SET value in a form the fast path knows: a literal or
 /// parameter, a column, or `col ± value` / `value + col` on INT64 (with

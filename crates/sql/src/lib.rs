@@ -9,7 +9,8 @@
 //! Modules, in the order a statement meets them:
 //! * [`parser`] — statements, including CREATE TABLE … INTERLEAVE IN PARENT.
 //! * [`plan_cache`] — statements kept by SQL text with their fast plans
-//!   (a statement sent again is neither parsed nor planned again).
+//!   (a statement sent again is neither parsed nor planned again);
+//!   `tree_join` — the fast plan of a row tree read with one join.
 //! * `normalize` — a text with inline values run by the cached plan of
 //!   its parameterized form.
 //! * [`bind`] — `$n` parameters.
@@ -52,6 +53,7 @@ pub mod settings;
 mod split_scan;
 pub mod subquery;
 pub mod sys_schema;
+pub(crate) mod tree_join;
 pub mod types;
 mod yield_points;
 

@@ -51,11 +51,13 @@ use crate::fastpath::{
 };
 use crate::parser::Statement;
 use crate::session::{Output, StatementContext};
+use crate::tree_join::{plan_tree_join, run_tree_join, TreeJoinPlan};
 
 /// A statement planned to run without binding or DataFusion.
 #[derive(Debug)]
 pub(crate) enum FastPlan {
     Select(SelectPlan),
+    TreeJoin(TreeJoinPlan),
     Constant(ConstantPlan),
     Insert(InsertPlan),
     Update(UpdatePlan),
@@ -67,6 +69,7 @@ impl FastPlan {
         match stmt {
             Statement::Query(q) => plan_select(catalog, q)
                 .map(FastPlan::Select)
+                .or_else(|| plan_tree_join(catalog, q).map(FastPlan::TreeJoin))
                 .or_else(|| plan_constant(q).map(FastPlan::Constant)),
             Statement::Insert { insert, upsert } => {
                 plan_insert(catalog, insert, *upsert).map(FastPlan::Insert)
@@ -82,7 +85,7 @@ impl FastPlan {
     pub(crate) fn writes(&self) -> bool {
         // SELECT … FOR UPDATE locks: not in a read-only transaction (where
         // the general path runs it as a plain SELECT).
-        !matches!(self, FastPlan::Constant(_))
+        !matches!(self, FastPlan::Constant(_) | FastPlan::TreeJoin(_))
             && !matches!(self, FastPlan::Select(p) if !p.for_update)
     }
 
@@ -98,6 +101,7 @@ impl FastPlan {
         let command = |verb: &'static str, n: Option<u64>| n.map(|n| Output::counted(verb, n));
         match self {
             FastPlan::Select(p) => run_select(ctx, catalog, p, params),
+            FastPlan::TreeJoin(p) => run_tree_join(ctx, catalog, p, params),
             FastPlan::Constant(p) => run_constant(p, params),
             FastPlan::Insert(p) => Ok(command("INSERT 0", run_insert(ctx, catalog, p, params)?)),
             FastPlan::Update(p) => Ok(command("UPDATE", run_update(ctx, catalog, p, params)?)),
