@@ -159,10 +159,8 @@ pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option
         if keys[child].len() <= shared {
             return None;
         }
-        for j in 0..shared {
-            let a = &pt.columns[keys[parent][j]].data_type;
-            let b = &ct.columns[keys[child][j]].data_type;
-            if !joinable(a, b) {
+        for (p, c) in keys[parent].iter().zip(&keys[child]) {
+            if !joinable(&pt.columns[*p].data_type, &ct.columns[*c].data_type) {
                 return None;
             }
         }
