@@ -10,7 +10,7 @@
 //! * `fk_`: PostgreSQL, like `ni_` plus foreign keys with ON DELETE CASCADE.
 //!
 //! Measured: reading one row tree (three selects in a read-only
-//! transaction), a full scan of the parent table alone, and deleting a row
+//! transaction, and one statement joining the three tables), a full scan of the parent table alone, and deleting a row
 //! tree (`DELETE FROM customers WHERE c_id = $1` cascading in `il_` and
 //! `fk_`; Spindle has no foreign keys, so `ni_` deletes the three levels
 //! itself in one transaction).
@@ -164,6 +164,36 @@ async fn read_trees(c: &Client, prefix: &str, s: &Sizes) -> Result<Figure> {
     .await
 }
 
+/// The statement reading a row tree at once: the customer joined to its
+/// orders and their lines (one row per line).
+fn tree_join_sql(prefix: &str) -> String {
+    format!(
+        "SELECT c.c_id, c.name, c.x, o.o_id, o.amount, o.status, l.l_id, l.qty, l.price, l.note \
+         FROM {prefix}customers c JOIN {prefix}orders o ON o.c_id = c.c_id \
+         JOIN {prefix}lines l ON l.c_id = o.c_id AND l.o_id = o.o_id WHERE c.c_id = $1"
+    )
+}
+
+/// Reading row trees as [`read_trees`] does, with one prepared join (one
+/// statement, one round trip: no transaction block needed).
+async fn read_trees_joined(c: &Client, prefix: &str, s: &Sizes) -> Result<Figure> {
+    let q = c.prepare(&tree_join_sql(prefix)).await.ctx("prepare")?;
+    let mut rng = Rng::new(46);
+    let half = (s.customers / 2).max(1);
+    measure_async(s.seconds, 10, u64::MAX, |_| {
+        let id = rng.range(1, half);
+        let q = &q;
+        async move {
+            let n = c.query(q, &[&id]).await.ctx("row tree join")?.len() as i64;
+            if n != s.orders_per * s.lines_per {
+                return fail(format!("{prefix} row tree join {id}: {n} rows"));
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
 /// The parent-only scan of each layout, `(client, table prefix)`: one
 /// untimed run of each first, as in the analytics workload (in both
 /// layouts a table's first scan after its load runs several times slower
@@ -261,6 +291,10 @@ pub async fn run(pg: &Client, sp: &Client, s: &Sizes, out: &mut Vec<Record>) -> 
     let il_read = read_trees(sp, "il_", s).await?;
     let ni_read = read_trees(sp, "ni_", s).await?;
     let pg_read = read_trees(pg, "fk_", s).await?;
+    progress("locality: row-tree reads with one join");
+    let il_join = read_trees_joined(sp, "il_", s).await?;
+    let ni_join = read_trees_joined(sp, "ni_", s).await?;
+    let pg_join = read_trees_joined(pg, "fk_", s).await?;
     progress("locality: parent-only scans");
     let mut scans = scan_parents(&[(sp, "il_"), (sp, "ni_"), (pg, "fk_")], s)
         .await?
@@ -342,6 +376,33 @@ pub async fn run(pg: &Client, sp: &Client, s: &Sizes, out: &mut Vec<Record>) -> 
         &pg_read,
         Some(1.0),
         &shape,
+    ));
+    let join_note = format!(
+        "read row tree, one join: the same tree read with one prepared statement, `{}` \
+         (interleaved: Spindle's row-tree join fast path, a key-range scan per table joined by \
+         key prefix; non-interleaved: DataFusion, orders and lines through their c_id \
+         indexes; PostgreSQL: its own plan)",
+        tree_join_sql("")
+    );
+    out.push(rec(
+        "read row tree, one join".into(),
+        Kind::Throughput,
+        "ops/s",
+        &il_join,
+        ni,
+        &ni_join,
+        Some(2.0),
+        &join_note,
+    ));
+    out.push(rec(
+        "read row tree, one join".into(),
+        Kind::Throughput,
+        "ops/s",
+        &il_join,
+        "PostgreSQL",
+        &pg_join,
+        Some(1.0),
+        &join_note,
     ));
     let scan_note = format!(
         "parent scan = `SELECT count(*), sum(x) FROM customers`, median of {} runs after a \

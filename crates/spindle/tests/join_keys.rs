@@ -165,7 +165,10 @@ fn a_join_on_two_keys_reads_its_leading_keys_values() {
             "SELECT count(*), sum(l.v) FROM (SELECT oid, 1 AS n FROM ord WHERE seg = 'b') o \
              JOIN {table} l ON l.oid = o.oid AND l.n = o.n"
         );
-        let sum: i64 = (0..ORDERS).filter(|o| seg_of(*o) == "b").map(|o| o * 10 + 1).sum();
+        let sum: i64 = (0..ORDERS)
+            .filter(|o| seg_of(*o) == "b")
+            .map(|o| o * 10 + 1)
+            .sum();
         assert_eq!(
             rows(&mut s, &sql),
             vec![vec![Value::Int64(b_orders as i64), Value::Int64(sum)]],

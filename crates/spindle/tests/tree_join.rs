@@ -17,7 +17,8 @@ const SCHEMA: &[&str] = &[
     // tree's G rows need not all join).
     "CREATE TABLE K (a INT64 NOT NULL, b STRING(MAX) NOT NULL, k INT64 NOT NULL, x INT64) \
      PRIMARY KEY (a, b DESC, k), INTERLEAVE IN P",
-    "CREATE TABLE G (a INT64 NOT NULL, b STRING(MAX) NOT NULL, k INT64 NOT NULL, g INT64 NOT NULL, \
+    // G's own key column may be NULL (no ON compares it).
+    "CREATE TABLE G (a INT64 NOT NULL, b STRING(MAX) NOT NULL, k INT64 NOT NULL, g INT64, \
      y STRING(MAX)) PRIMARY KEY (a, b DESC, k, g), INTERLEAVE IN K",
     // A sibling of K in P's row trees.
     "CREATE TABLE Sib (a INT64 NOT NULL, b STRING(MAX) NOT NULL, s INT64 NOT NULL) \
@@ -78,7 +79,7 @@ fn rows(
 enum Op {
     P(i64, &'static str, Option<i64>),
     K(i64, &'static str, i64, Option<i64>),
-    G(i64, &'static str, i64, i64, Option<&'static str>),
+    G(i64, &'static str, i64, Option<i64>, Option<&'static str>),
     Sib(i64, &'static str, i64),
     DeleteP(i64, &'static str),
     DeleteK(i64, &'static str, i64),
@@ -102,7 +103,7 @@ fn op() -> impl Strategy<Value = Op> {
             a(),
             b(),
             0i64..3,
-            0i64..3,
+            prop::option::of(0i64..3),
             prop::option::of(prop::sample::select(vec!["p", "q"]))
         )
             .prop_map(|(a, b, k, g, y)| Op::G(a, b, k, g, y)),
@@ -137,13 +138,7 @@ fn write(op: &Op) -> (&'static str, Vec<Value>) {
         ),
         Op::G(a, b, k, g, y) => (
             "INSERT OR UPDATE INTO G (a, b, k, g, y) VALUES ($1, $2, $3, $4, $5)",
-            vec![
-                Value::Int64(*a),
-                s(b),
-                Value::Int64(*k),
-                Value::Int64(*g),
-                text(*y),
-            ],
+            vec![Value::Int64(*a), s(b), Value::Int64(*k), int(*g), text(*y)],
         ),
         Op::Sib(a, b, x) => (
             "INSERT OR UPDATE INTO Sib (a, b, s) VALUES ($1, $2, $3)",

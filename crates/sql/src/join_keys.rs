@@ -19,6 +19,12 @@
 //!              reads [key(7), end(7)) ─seek─ [key(12), end(12)) ─seek─ …
 //! ```
 //!
+//! A join on several keys publishes `struct(k1, k2) IN (struct(…), …)`
+//! (behind each key's min/max bounds): the values of the struct's field
+//! that is the scan's leading key column are its points (a three-table
+//! row-tree join's last table, joined on `(c_id, o_id)`, was read whole
+//! before).
+//!
 //! Invariants:
 //! * A dynamic filter only ever narrows: every row it rejects, at any
 //!   moment, is a row its producer does not need (DataFusion's contract

@@ -37,8 +37,9 @@
 //! The contract of the fast path holds: the answer is the general path's.
 //! A row of `ti+1` joins the row of `ti` whose key is its key's prefix,
 //! if that row is in the tree (a table interleaved with `INTERLEAVE IN`
-//! may have rows without a parent: they join nothing), and a NULL in a key
-//! column joins nothing. Rows come in the last table's key order, the
+//! may have rows without a parent: they join nothing); a NULL in a key
+//! column an `ON` compares joins nothing (a NULL in the last table's own
+//! key columns, which no `ON` compares, does not matter). Rows come in the last table's key order, the
 //! order of the general path's hash joins, which stream that table as the
 //! probe side (SQL promises no order without ORDER BY). The reads recorded
 //! for validation are the ranges scanned; a range with no row ends the
@@ -399,10 +400,9 @@ pub(crate) fn run_tree_join(
         }
         let mut next = Vec::with_capacity(batch.num_rows());
         for r in 0..batch.num_rows() {
-            // A NULL in any key column joins nothing (at this level or below).
-            if key_of(batch, r, plan.levels[level].keys).is_none() {
-                continue;
-            }
+            // A NULL in the shared key columns joins no parent (the ON
+            // compares them with `=`); one in the row's own key columns
+            // matters only to the next level's ON, which compares them.
             let Some(prefix) = key_of(batch, r, shared) else {
                 continue;
             };
