@@ -508,9 +508,13 @@ pub(crate) fn point_select(
     }
 }
 
-/// Plans a query for [`run_select`], or `None` if it is not of the form
-/// the fast path runs.
-pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<SelectPlan> {
+/// The parts of `SELECT items FROM from WHERE selection` with no other
+/// clause in the query or the select (ORDER BY, LIMIT, DISTINCT, GROUP BY,
+/// WITH, …) but locking clauses, which the caller checks; `None` for
+/// anything else.
+pub(crate) fn select_from_where(
+    stmt: &ast::Statement,
+) -> Option<(&ast::Query, &ast::Select, &ast::TableWithJoins, &ast::Expr)> {
     let ast::Statement::Query(q) = stmt else {
         return None;
     };
@@ -520,10 +524,19 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
     let ([from], Some(selection)) = (s.from.as_slice(), s.selection.as_ref()) else {
         return None;
     };
-    // No clause besides SELECT … FROM … WHERE, in the query or the select
-    // (ORDER BY, LIMIT, DISTINCT, GROUP BY, WITH, locking, …).
     let items: Vec<String> = s.projection.iter().map(|p| p.to_string()).collect();
     let canonical = format!("SELECT {} FROM {from} WHERE {selection}", items.join(", "));
+    let locks: String = q.locks.iter().map(|l| format!(" {l}")).collect();
+    if s.to_string() != canonical || q.to_string() != format!("{canonical}{locks}") {
+        return None;
+    }
+    Some((q, s, from, selection))
+}
+
+/// Plans a query for [`run_select`], or `None` if it is not of the form
+/// the fast path runs.
+pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<SelectPlan> {
+    let (q, s, from, selection) = select_from_where(stmt)?;
     // The one locking clause taken: a plain FOR UPDATE (no OF, NOWAIT or
     // SKIP LOCKED).
     let for_update = match q.locks.as_slice() {
@@ -535,14 +548,6 @@ pub(crate) fn plan_select(catalog: &Catalog, stmt: &ast::Statement) -> Option<Se
         }] => true,
         _ => return None,
     };
-    let query_text = if for_update {
-        format!("{canonical} FOR UPDATE")
-    } else {
-        canonical.clone()
-    };
-    if s.to_string() != canonical || q.to_string() != query_text {
-        return None;
-    }
     let (table, qualifiers) = single_table(catalog, from)?;
     // Output columns: `*`, `q.*`, columns, columns AS alias.
     let mut out: Vec<(usize, String)> = Vec::new();

@@ -58,7 +58,9 @@ use spindle_catalog::{Catalog, Table};
 use spindle_keys::DataType;
 
 use crate::error::{Error, Result};
-use crate::fastpath::{match_point_key, scan_bounds, single_table, KeyRange, Slot};
+use crate::fastpath::{
+    match_point_key, scan_bounds, select_from_where, single_table, KeyRange, Slot,
+};
 use crate::parser::fold_ident;
 use crate::provider::ScanRequest;
 use crate::session::{Output, StatementContext};
@@ -95,22 +97,8 @@ type Named<'a> = (&'a Table, Vec<String>);
 /// Plans a query for [`run_tree_join`], or `None` if it is not of the form
 /// the module documentation gives.
 pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option<TreeJoinPlan> {
-    let ast::Statement::Query(q) = stmt else {
-        return None;
-    };
-    let ast::SetExpr::Select(s) = q.body.as_ref() else {
-        return None;
-    };
-    let ([from], Some(selection)) = (s.from.as_slice(), s.selection.as_ref()) else {
-        return None;
-    };
+    let (q, s, from, selection) = select_from_where(stmt)?;
     if from.joins.is_empty() || !q.locks.is_empty() {
-        return None;
-    }
-    // No clause besides SELECT … FROM … WHERE (as `plan_select` checks).
-    let items: Vec<String> = s.projection.iter().map(|p| p.to_string()).collect();
-    let canonical = format!("SELECT {} FROM {from} WHERE {selection}", items.join(", "));
-    if s.to_string() != canonical || q.to_string() != canonical {
         return None;
     }
     let alone = |relation: &ast::TableFactor| {
