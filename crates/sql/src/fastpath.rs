@@ -309,6 +309,22 @@ impl KeyRange<Slot> {
     }
 }
 
+/// Appends the conjuncts of `e` to `out` (`a AND (b AND c)` → a, b, c).
+pub(crate) fn conjuncts<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
+    match e {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            conjuncts(left, out);
+            conjuncts(right, out);
+        }
+        ast::Expr::Nested(inner) => conjuncts(inner, out),
+        other => out.push(other),
+    }
+}
+
 /// Matches a conjunction of `=` on a prefix of the key columns and at most
 /// one lower and one upper bound (`>`, `>=`, `<`, `<=`) on the next key
 /// column, which must be ascending (and, with no lower bound, NOT NULL,
@@ -320,20 +336,6 @@ pub(crate) fn match_key_range(
     qualifiers: &[String],
     selection: Option<&ast::Expr>,
 ) -> Option<KeyRange<Slot>> {
-    fn conjuncts<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
-        match e {
-            ast::Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::And,
-                right,
-            } => {
-                conjuncts(left, out);
-                conjuncts(right, out);
-            }
-            ast::Expr::Nested(inner) => conjuncts(inner, out),
-            other => out.push(other),
-        }
-    }
     let mut parts = Vec::new();
     if let Some(sel) = selection {
         conjuncts(sel, &mut parts);

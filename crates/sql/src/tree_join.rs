@@ -59,7 +59,7 @@ use spindle_keys::DataType;
 
 use crate::error::{Error, Result};
 use crate::fastpath::{
-    match_point_key, scan_bounds, select_from_where, single_table, KeyRange, Slot,
+    conjuncts, match_point_key, scan_bounds, select_from_where, single_table, KeyRange, Slot,
 };
 use crate::parser::fold_ident;
 use crate::provider::ScanRequest;
@@ -154,7 +154,9 @@ pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option
             }
         }
         let mut seen = vec![false; shared];
-        for eq in conjuncts(on) {
+        let mut parts = Vec::new();
+        conjuncts(on, &mut parts);
+        for eq in parts {
             let ast::Expr::BinaryOp {
                 left,
                 op: ast::BinaryOperator::Eq,
@@ -271,23 +273,6 @@ fn joinable(a: &DataType, b: &DataType) -> bool {
             | (DataType::Timestamp, DataType::Timestamp)
             | (DataType::Numeric, DataType::Numeric)
     )
-}
-
-/// The conjuncts of `e` (`a AND (b AND c)` → a, b, c).
-fn conjuncts(e: &ast::Expr) -> Vec<&ast::Expr> {
-    match e {
-        ast::Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::And,
-            right,
-        } => {
-            let mut v = conjuncts(left);
-            v.extend(conjuncts(right));
-            v
-        }
-        ast::Expr::Nested(inner) => conjuncts(inner),
-        e => vec![e],
-    }
 }
 
 /// The table (by position) and column a reference names: `q.c` by its
