@@ -115,7 +115,7 @@ fn column_ref(table: &Table, qualifiers: &[String], e: &ast::Expr) -> Option<usi
 /// Whether `v` may be compared with a key column of type `t` as is: the
 /// same type (the comparison DataFusion would make after coercion is then
 /// plain equality of encoded keys). FLOAT64 is excluded (`-0 = 0`, NaN).
-fn same_key_type(v: &Value, t: &DataType) -> bool {
+pub(crate) fn same_key_type(v: &Value, t: &DataType) -> bool {
     matches!(
         (v, t),
         (Value::Int64(_), DataType::Int64)

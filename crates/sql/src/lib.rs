@@ -10,7 +10,8 @@
 //! * [`parser`] — statements, including CREATE TABLE … INTERLEAVE IN PARENT.
 //! * [`plan_cache`] — statements kept by SQL text with their fast plans
 //!   (a statement sent again is neither parsed nor planned again);
-//!   `tree_join` — the fast plan of a row tree read with one join.
+//!   `tree_join` — the fast plan of a join whose tables are all read by key
+//!   or index prefixes the WHERE fixes (a row tree read with one join).
 //! * `normalize` — a text with inline values run by the cached plan of
 //!   its parameterized form.
 //! * [`bind`] — `$n` parameters.

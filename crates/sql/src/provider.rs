@@ -480,6 +480,22 @@ pub(crate) fn index_read_cost(ip: &IndexPlan, eq: usize, bounds: usize, covering
     index_cost(ip, &plan, covering)
 }
 
+/// The estimated cost [`SpindleTable::choose`] gives reading a table's own
+/// keys with its first `eq` key columns (of `key_len`) fixed by `=` (one
+/// point), for the fast path's choice between them and an index
+/// ([`crate::tree_join`]).
+pub(crate) fn key_read_cost(key_len: usize, eq: usize, has_row_trees: bool) -> f64 {
+    let plan = RangePlan {
+        ranges: Vec::new(),
+        exact: Vec::new(),
+        eq_depth: eq,
+        points: 1,
+        bounds: 0,
+        describe: Vec::new(),
+    };
+    plan.selectivity(key_len) * full_read_cost(has_row_trees)
+}
+
 /// The estimated cost [`SpindleTable::choose`] gives reading all of a
 /// table's own keys (a WHERE that does not narrow its primary key).
 pub(crate) fn full_read_cost(has_row_trees: bool) -> f64 {
