@@ -441,3 +441,47 @@ fn inline_values_and_schema_changes() {
     );
     assert_eq!(rows(&mut s, sql, &[]).unwrap().1, want);
 }
+
+/// A table read once per distinct value of the rows before it takes the
+/// fast path for up to 1 024 values (`tree_join::MAX_LOOKUPS`), the
+/// general path past that, with the same answer.
+#[test]
+fn many_lookups_take_the_general_path() {
+    let db = db();
+    let mut s = db.session();
+    let insert = |s: &mut Session, c: i64, lines: std::ops::Range<i64>| {
+        s.run("BEGIN").unwrap();
+        for l in lines {
+            s.execute(
+                "INSERT INTO NL (l, o, c, q) VALUES ($1, $1, $2, 1)",
+                &[Value::Int64(l), Value::Int64(c)],
+            )
+            .unwrap();
+            s.execute(
+                "INSERT INTO NO (o, c, st) VALUES ($1, $2, 'x')",
+                &[Value::Int64(l), Value::Int64(c)],
+            )
+            .unwrap();
+        }
+        s.run("COMMIT").unwrap();
+    };
+    insert(&mut s, 7, 0..1024);
+    insert(&mut s, 8, 2000..3025);
+    let sql = "SELECT nl.l, no.st FROM NL nl JOIN NO no ON no.o = nl.o WHERE nl.c = $1";
+    for (c, n, fast) in [(7, 1024, true), (8, 1025, false)] {
+        let before = db.engine().fast_path_count();
+        let (_, got) = rows(&mut s, sql, &[Value::Int64(c)]).unwrap();
+        assert_eq!(
+            db.engine().fast_path_count(),
+            before + u64::from(fast),
+            "c = {c}"
+        );
+        assert_eq!(got.len(), n);
+        let (_, general) = rows(&mut s, &format!("{sql} AND TRUE"), &[Value::Int64(c)]).unwrap();
+        let sorted = |mut r: Vec<Vec<Value>>| {
+            r.sort();
+            r
+        };
+        assert_eq!(sorted(got), sorted(general));
+    }
+}

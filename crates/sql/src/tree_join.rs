@@ -101,6 +101,11 @@ use crate::provider::ScanRequest;
 use crate::session::{Output, StatementContext};
 use crate::types::table_schema;
 
+/// Most reads of one table narrowed by earlier rows' values: past it the
+/// statement takes the general path (whose hash join reads the table
+/// once), as the outer side is no longer a handful of rows.
+const MAX_LOOKUPS: usize = 1024;
+
 /// A planned join (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct TreeJoinPlan {
@@ -674,6 +679,9 @@ pub(crate) fn run_tree_join(
                     if seen.insert(prefix.clone()) {
                         prefixes.push(prefix);
                     }
+                }
+                if prefixes.len() > MAX_LOOKUPS {
+                    return Ok(None);
                 }
             }
         }
