@@ -50,6 +50,20 @@ const QUERIES: &[&str] = &[
     "SELECT g.y, g.g AS first, g.g AS again FROM K k JOIN G g ON (g.k = k.k AND g.b = k.b) \
      AND g.a = k.a WHERE k.a = $1 AND k.b = $2 AND k.k = 1",
     "SELECT q.w, r.n, r.z FROM Q q JOIN R r ON r.a = q.a WHERE q.a = $1",
+    // ORDER BY a unique key of the answer (NULLs in g sort last, or first),
+    // with and without LIMIT; an output alias; a column not in the output.
+    "SELECT k.k, g.g, g.y FROM P p JOIN K k ON k.a = p.a AND k.b = p.b \
+     JOIN G g ON g.a = k.a AND g.b = k.b AND g.k = k.k WHERE p.a = $1 AND p.b = $2 \
+     ORDER BY k.k DESC, g.g",
+    "SELECT k.k AS kk, g.g FROM P p JOIN K k ON k.a = p.a AND k.b = p.b \
+     JOIN G g ON g.a = k.a AND g.b = k.b AND g.k = k.k WHERE p.a = $1 AND p.b = $2 \
+     ORDER BY g.g DESC NULLS LAST, kk LIMIT 3",
+    "SELECT g.y FROM P p JOIN K k ON k.a = p.a AND k.b = p.b \
+     JOIN G g ON g.a = k.a AND g.b = k.b AND g.k = k.k WHERE p.a = $1 AND p.b = $2 \
+     ORDER BY g.g NULLS FIRST, k.k DESC LIMIT 2",
+    "SELECT nl.l, no.o, nl.q FROM NC nc JOIN NO no ON no.c = nc.c \
+     JOIN NL nl ON nl.c = no.c AND nl.o = no.o WHERE nc.c = $1 ORDER BY l DESC LIMIT 2",
+    "SELECT nl.l, no.st FROM NL nl JOIN NO no ON no.o = nl.o WHERE nl.c = $1 ORDER BY nl.l",
 ];
 
 /// Queries the fast path takes whose rows may come in another order than
@@ -271,7 +285,16 @@ fn compare_all(db: &Database, s: &mut Session) -> Result<(), TestCaseError> {
                     "not fast: {}",
                     sql
                 );
-                let general = rows(s, &format!("{sql} AND TRUE"), &params);
+                // `AND TRUE` ends the WHERE, before any ORDER BY or LIMIT.
+                let end = sql
+                    .find(" ORDER BY")
+                    .or_else(|| sql.find(" LIMIT"))
+                    .unwrap_or(sql.len());
+                let general = rows(
+                    s,
+                    &format!("{} AND TRUE{}", &sql[..end], &sql[end..]),
+                    &params,
+                );
                 if ordered {
                     prop_assert_eq!(&fast, &general, "{} {:?}", sql, params);
                 } else {
@@ -350,13 +373,22 @@ fn other_shapes_take_the_general_path() {
         ("SELECT k.k FROM P p JOIN K k ON k.a = p.a AND k.b = p.b WHERE p.a = 1 AND (p.b = 'x' OR p.b = 'y')", Ok(2)),
         // An ON between two earlier tables.
         ("SELECT g.g FROM P p JOIN K k ON k.a = p.a AND k.b = p.b JOIN G g ON g.a = k.a AND k.b = p.b WHERE p.a = 1 AND p.b = 'x'", Ok(4)),
-        // ORDER BY and LIMIT.
+        // ORDER BY an expression, a position or a name both an alias and
+        // another column; OFFSET.
         (
-            "SELECT k.k FROM P p JOIN K k ON k.a = p.a AND k.b = p.b WHERE p.a = 1 AND p.b = 'x' ORDER BY k.k DESC",
+            "SELECT k.k FROM P p JOIN K k ON k.a = p.a AND k.b = p.b WHERE p.a = 1 AND p.b = 'x' ORDER BY k.x + 1",
             Ok(2),
         ),
         (
-            "SELECT k.k FROM P p JOIN K k ON k.a = p.a AND k.b = p.b WHERE p.a = 1 AND p.b = 'x' LIMIT 1",
+            "SELECT k.k FROM P p JOIN K k ON k.a = p.a AND k.b = p.b WHERE p.a = 1 AND p.b = 'x' ORDER BY 1",
+            Ok(2),
+        ),
+        (
+            "SELECT k.k AS v FROM P p JOIN K k ON k.a = p.a AND k.b = p.b WHERE p.a = 1 AND p.b = 'x' ORDER BY v",
+            Ok(2),
+        ),
+        (
+            "SELECT k.k FROM P p JOIN K k ON k.a = p.a AND k.b = p.b WHERE p.a = 1 AND p.b = 'x' LIMIT 1 OFFSET 1",
             Ok(1),
         ),
         // An expression in the output.

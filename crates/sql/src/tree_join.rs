@@ -33,8 +33,12 @@
 //! Matched exactly, or the general path runs the statement:
 //! * `SELECT` of columns (each qualified, or a name only one table has),
 //!   optionally aliased, with distinct output names; `FROM t0 JOIN t1 ON …
-//!   JOIN t2 ON …` (plain or INNER joins, distinct qualifiers); nothing else
-//!   (no ORDER BY, LIMIT, DISTINCT, GROUP BY, locking).
+//!   JOIN t2 ON …` (plain or INNER joins, distinct qualifiers); optionally
+//!   `ORDER BY` columns (qualified, or a bare name of an output column or of
+//!   one table's column; ASC / DESC, NULLS FIRST / LAST, NULL sorting as the
+//!   largest value as DataFusion's default has it) and `LIMIT n` (a
+//!   literal or a parameter); nothing else (no OFFSET, DISTINCT, GROUP BY,
+//!   locking).
 //! * Each `ON` is a conjunction of `=` between a column of the table it
 //!   joins and a column of a table before it, of the same type and one
 //!   whose `=` is identity (no FLOAT64: `-0 = 0`).
@@ -71,7 +75,9 @@
 //! read. A read narrowed by earlier rows' values reads, for each output
 //! row, the range holding its rows (a NULL value reads nothing: it joins
 //! nothing). A row of a later table joins every earlier combination its `ON`
-//! values match. Rows come in the last table's read order (for a chain of
+//! values match. With ORDER BY the joined rows are sorted by Arrow's
+//! `lexsort_to_indices` (the kernel DataFusion's sort uses; the first
+//! `limit` only, with a LIMIT; ties in no promised order). Without it rows come in the last table's read order (for a chain of
 //! interleaved tables, its key order: the order of the general path's
 //! hash joins, which stream that table as the probe side; SQL promises no
 //! order without ORDER BY). The reads recorded for validation are the
@@ -82,7 +88,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, take};
+use datafusion::arrow::compute::{
+    concat_batches, lexsort_to_indices, take, SortColumn, SortOptions,
+};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
@@ -93,7 +101,7 @@ use spindle_keys::{DataType, Value};
 
 use crate::error::{Error, Result};
 use crate::fastpath::{
-    conjuncts, same_key_type, scan_bounds, select_from_where, single_table, KeyRange, Slot,
+    conjuncts, same_key_type, scan_bounds, select_from_where, single_table, Slot,
 };
 use crate::index::IndexPlan;
 use crate::parser::fold_ident;
@@ -114,6 +122,11 @@ pub(crate) struct TreeJoinPlan {
     schema: SchemaRef,
     /// Each output column: its level and its position in that level's batch.
     out: Vec<(usize, usize)>,
+    /// ORDER BY: each key's level, position in that level's batch, and
+    /// direction.
+    order: Vec<(usize, usize, SortOptions)>,
+    /// LIMIT: a non-negative INT64 literal or a parameter.
+    limit: Option<Slot>,
 }
 
 /// One table of the join.
@@ -203,7 +216,29 @@ fn same_slot(a: &Slot, b: &Slot) -> bool {
 /// Plans a query for [`run_tree_join`], or `None` if it is not of the form
 /// the module documentation gives.
 pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option<TreeJoinPlan> {
-    let (q, s, from, selection) = select_from_where(stmt)?;
+    // ORDER BY and LIMIT apart, the query must be a plain SELECT … FROM …
+    // WHERE.
+    let ast::Statement::Query(query) = stmt else {
+        return None;
+    };
+    let mut bare = query.clone();
+    let order_by = bare.order_by.take();
+    let limit_clause = bare.limit_clause.take();
+    let bare = ast::Statement::Query(bare);
+    let (q, s, from, selection) = select_from_where(&bare)?;
+    let limit = match &limit_clause {
+        None => None,
+        Some(ast::LimitClause::LimitOffset {
+            limit: Some(e),
+            offset: None,
+            limit_by,
+        }) if limit_by.is_empty() => match Slot::of(e)? {
+            Slot::Value(Value::Int64(n)) if n >= 0 => Some(Slot::Value(Value::Int64(n))),
+            Slot::Param(i) => Some(Slot::Param(i)),
+            _ => return None,
+        },
+        _ => return None,
+    };
     if from.joins.is_empty() || !q.locks.is_empty() {
         return None;
     }
@@ -325,13 +360,58 @@ pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option
     if names.windows(2).any(|w| w[0] == w[1]) {
         return None;
     }
+    // ORDER BY columns: qualified, or a bare name of an output column or
+    // of one table's column (both: the same column).
+    let mut order: Vec<(Col, SortOptions)> = Vec::new();
+    if let Some(ob) = &order_by {
+        let ast::OrderByKind::Expressions(exprs) = &ob.kind else {
+            return None;
+        };
+        if ob.interpolate.is_some() {
+            return None;
+        }
+        for e in exprs {
+            if e.with_fill.is_some() {
+                return None;
+            }
+            let col = match &e.expr {
+                ast::Expr::Identifier(i) => {
+                    let name = fold_ident(i);
+                    let outs: Vec<Col> = out
+                        .iter()
+                        .filter(|(_, n)| *n == name)
+                        .map(|(c, _)| *c)
+                        .collect();
+                    match (outs.as_slice(), resolve(&tables, &e.expr)) {
+                        ([c], None) => *c,
+                        ([c], Some(t)) if *c == t => t,
+                        ([], Some(t)) => t,
+                        _ => return None,
+                    }
+                }
+                ast::Expr::CompoundIdentifier(_) => resolve(&tables, &e.expr)?,
+                _ => return None,
+            };
+            // DataFusion's default null ordering: NULL sorts as the
+            // largest value.
+            let descending = e.options.asc == Some(false);
+            order.push((
+                col,
+                SortOptions {
+                    descending,
+                    nulls_first: e.options.nulls_first.unwrap_or(descending),
+                },
+            ));
+        }
+    }
     // Each table: the columns its batch holds.
     let mut needed: Vec<Vec<usize>> = vec![Vec::new(); tables.len()];
     let cols = out
         .iter()
         .map(|(c, _)| *c)
         .chain(joins.iter().flat_map(|(a, b)| [*a, *b]))
-        .chain(wheres.iter().map(|(c, _)| *c));
+        .chain(wheres.iter().map(|(c, _)| *c))
+        .chain(order.iter().map(|(c, _)| *c));
     for (l, c) in cols {
         if !needed[l].contains(&c) {
             needed[l].push(c);
@@ -456,10 +536,22 @@ pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option
         .iter()
         .map(|((t, c), _)| Some((level_of(*t)?, needed[*t].iter().position(|x| x == c)?)))
         .collect::<Option<Vec<_>>>()?;
+    let order = order
+        .iter()
+        .map(|((t, c), options)| {
+            Some((
+                level_of(*t)?,
+                needed[*t].iter().position(|x| x == c)?,
+                *options,
+            ))
+        })
+        .collect::<Option<Vec<_>>>()?;
     Some(TreeJoinPlan {
         levels,
         schema: Arc::new(Schema::new(fields)),
         out,
+        order,
+        limit,
     })
 }
 
@@ -643,7 +735,14 @@ pub(crate) fn run_tree_join(
         }
         checks.push(these);
     }
-    if nothing {
+    let limit = match &plan.limit {
+        None => None,
+        Some(slot) => match slot.resolve(params) {
+            Some(Value::Int64(n)) if n >= 0 => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            _ => return Ok(None),
+        },
+    };
+    if nothing || limit == Some(0) {
         return empty();
     }
     let txn = ctx.lock()?;
@@ -762,6 +861,28 @@ pub(crate) fn run_tree_join(
         }
     }
     drop(txn);
+    if !plan.order.is_empty() {
+        // Sorted (the first `limit` rows only, with a LIMIT).
+        let mut keys = Vec::with_capacity(plan.order.len());
+        for (level, pos, options) in &plan.order {
+            let at: UInt32Array = rows.iter().map(|c| c[*level]).collect();
+            keys.push(SortColumn {
+                values: take(batches[*level].column(*pos), &at, None)
+                    .map_err(|e| Error::Internal(format!("join fast path: {e}")))?,
+                options: Some(*options),
+            });
+        }
+        let sorted = lexsort_to_indices(&keys, limit)
+            .map_err(|e| Error::Internal(format!("join fast path sort: {e}")))?;
+        let mut unsorted = std::mem::take(&mut rows);
+        rows = sorted
+            .values()
+            .iter()
+            .map(|i| std::mem::take(&mut unsorted[*i as usize]))
+            .collect();
+    } else if let Some(n) = limit {
+        rows.truncate(n);
+    }
     let indices: Vec<UInt32Array> = (0..batches.len())
         .map(|l| rows.iter().map(|c| c[l]).collect())
         .collect();
