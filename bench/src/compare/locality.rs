@@ -379,9 +379,10 @@ pub async fn run(pg: &Client, sp: &Client, s: &Sizes, out: &mut Vec<Record>) -> 
     ));
     let join_note = format!(
         "read row tree, one join: the same tree read with one prepared statement, `{}` \
-         (interleaved: Spindle's row-tree join fast path, a key-range scan per table joined by \
-         key prefix; non-interleaved: DataFusion, orders and lines through their c_id \
-         indexes; PostgreSQL: its own plan)",
+         (both Spindle layouts on the join fast path, hash joins on the ON columns: \
+         interleaved, a key-range scan per table inside the customer's row tree; \
+         non-interleaved, orders and lines through their c_id indexes, each row fetched by \
+         key; PostgreSQL: its own plan)",
         tree_join_sql("")
     );
     out.push(rec(
