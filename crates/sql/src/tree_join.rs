@@ -555,6 +555,11 @@ pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option
     })
 }
 
+/// A read [`choose_read`] weighs: its estimated cost, the index (and
+/// whether it covers the columns; `None`: the table's key), the values of
+/// its leading key columns.
+type Candidate = (f64, Option<(IndexPlan, bool)>, Vec<Source>);
+
 /// The cheapest read of `table`'s rows narrowed by fixed values (`fixed`
 /// of a column position): a prefix of its key, or of an index's key, by
 /// the general path's estimates; its leading values and the table they
@@ -587,12 +592,10 @@ fn choose_read(
         filter: None,
     };
     let eq = prefix(&table.primary_key);
-    let mut best: Option<(f64, Option<(IndexPlan, bool)>, Vec<Source>)> =
-        (!eq.is_empty()).then(|| {
-            let cost =
-                crate::provider::key_read_cost(table.primary_key.len(), eq.len(), has_row_trees);
-            (cost, None, eq)
-        });
+    let mut best: Option<Candidate> = (!eq.is_empty()).then(|| {
+        let cost = crate::provider::key_read_cost(table.primary_key.len(), eq.len(), has_row_trees);
+        (cost, None, eq)
+    });
     for index in catalog.table_indexes(&table.name) {
         if index.row_copy {
             continue;
