@@ -56,54 +56,67 @@ fn db() -> Database {
     db
 }
 
-/// Query texts with parameters, each with how many it takes and whether
-/// its plan is kept (parameters only where a scan plans them).
-const QUERIES: &[(&str, usize, bool)] = &[
+/// What running a query text with new values does.
+#[derive(Debug, PartialEq)]
+enum Kept {
+    /// Its plan is kept as a template (parameters only where a scan plans
+    /// them).
+    Template,
+    /// Planned anew each time.
+    No,
+    /// The join fast path answers it (crates/sql/src/tree_join.rs): no
+    /// plan at all.
+    FastPath,
+}
+
+/// Query texts with parameters, each with how many it takes and what
+/// running it again does.
+const QUERIES: &[(&str, usize, Kept)] = &[
     // Top-N of one row tree.
-    ("SELECT A, B, V FROM Parents WHERE A = $1 ORDER BY B DESC LIMIT 1", 1, true),
+    ("SELECT A, B, V FROM Parents WHERE A = $1 ORDER BY B DESC LIMIT 1", 1, Kept::Template),
     // Aggregate over an interleaved child's key prefix.
-    ("SELECT count(*), sum(X) FROM Kids WHERE A = $1", 1, true),
+    ("SELECT count(*), sum(X) FROM Kids WHERE A = $1", 1, Kept::Template),
     // Join of a row tree's levels.
-    ("SELECT p.B, k.K, k.X FROM Parents p JOIN Kids k ON p.A = k.A AND p.B = k.B WHERE p.A = $1 ORDER BY p.B, k.K", 1, true),
+    ("SELECT p.B, k.K, k.X FROM Parents p JOIN Kids k ON p.A = k.A AND p.B = k.B WHERE p.A = $1 ORDER BY p.B, k.K", 1, Kept::FastPath),
     // A key range, grouped.
-    ("SELECT A, count(*) AS n FROM Kids WHERE A >= $1 AND A < $2 GROUP BY A ORDER BY A", 2, true),
+    ("SELECT A, count(*) AS n FROM Kids WHERE A >= $1 AND A < $2 GROUP BY A ORDER BY A", 2, Kept::Template),
     // A secondary index (covering), sorted.
-    ("SELECT B, W FROM Parents WHERE V = $1 ORDER BY A, B", 1, true),
+    ("SELECT B, W FROM Parents WHERE V = $1 ORDER BY A, B", 1, Kept::Template),
     // An IN list of parameters.
-    ("SELECT A, B FROM Parents WHERE A IN ($1, $2) ORDER BY A, B", 2, true),
+    ("SELECT A, B FROM Parents WHERE A IN ($1, $2) ORDER BY A, B", 2, Kept::Template),
     // A NULL_FILTERED index with every column fixed.
-    ("SELECT W, count(*) FROM Parents WHERE W = $1 AND V = $2 GROUP BY W", 2, true),
+    ("SELECT W, count(*) FROM Parents WHERE W = $1 AND V = $2 GROUP BY W", 2, Kept::Template),
     // A string key column after the first.
-    ("SELECT K, X FROM Kids WHERE A = $1 AND B = $2 ORDER BY K DESC", 2, true),
+    ("SELECT K, X FROM Kids WHERE A = $1 AND B = $2 ORDER BY K DESC", 2, Kept::Template),
     // A global index on a plain table, then the base rows.
-    ("SELECT Cid, sum(F) FROM Flat WHERE Cid = $1 GROUP BY Cid", 1, true),
+    ("SELECT Cid, sum(F) FROM Flat WHERE Cid = $1 GROUP BY Cid", 1, Kept::Template),
     // An index and a range on the table's own key: the key's filter is
     // applied to the index's rows.
-    ("SELECT Id, S FROM Flat WHERE Cid = $1 AND Id > $2 ORDER BY Id", 2, true),
+    ("SELECT Id, S FROM Flat WHERE Cid = $1 AND Id > $2 ORDER BY Id", 2, Kept::Template),
     // A join whose build side reads through an index.
-    ("SELECT p.A, p.B, k.K FROM Parents p JOIN Kids k ON k.A = p.A AND k.B = p.B WHERE p.V = $1 ORDER BY p.A, p.B, k.K", 1, true),
+    ("SELECT p.A, p.B, k.K FROM Parents p JOIN Kids k ON k.A = p.A AND k.B = p.B WHERE p.V = $1 ORDER BY p.A, p.B, k.K", 1, Kept::FastPath),
     // DataFusion infers `f.Cid = $2` from the join and asks about it
     // alone: it must not be told exact because an index on Cid would read
     // it, as the scan reads by `f.Id = $1` (`SpindleTable::asked`,
     // `SpindleTable::claimed`).
-    ("SELECT f.Id, p.B FROM Flat f JOIN Parents p ON p.V = f.Cid WHERE f.Id = $1 AND p.V = $2 ORDER BY p.A, p.B", 2, true),
+    ("SELECT f.Id, p.B FROM Flat f JOIN Parents p ON p.V = f.Cid WHERE f.Id = $1 AND p.V = $2 ORDER BY p.A, p.B", 2, Kept::FastPath),
     // Parameters DataFusion applies itself, in a filter or a projection
     // (slots, filled per execution): kept.
-    ("SELECT A, V FROM Parents WHERE A = $1 AND V > $2 ORDER BY B", 2, true),
-    ("SELECT Id FROM Flat WHERE S = $1 ORDER BY Id", 1, true),
-    ("SELECT Id, S FROM Flat WHERE Cid = $1 AND S LIKE $2 ORDER BY Id", 2, true),
-    ("SELECT Id FROM Flat WHERE Cid = $1 AND F > $2 ORDER BY Id", 2, true),
-    ("SELECT A, B, V + $2 AS y FROM Parents WHERE A = $1 ORDER BY B", 2, true),
-    ("SELECT A, CASE WHEN V > $2 THEN 'hi' ELSE 'lo' END AS c FROM Parents WHERE A = $1 ORDER BY B", 2, true),
-    ("SELECT A, count(*) AS n FROM Kids WHERE A >= $1 GROUP BY A HAVING count(*) > $2 ORDER BY A", 2, true),
-    ("SELECT p.B, k.K FROM Parents p JOIN Kids k ON p.A = k.A AND p.B = k.B AND k.X > $2 WHERE p.A = $1 ORDER BY p.B, k.K", 2, true),
+    ("SELECT A, V FROM Parents WHERE A = $1 AND V > $2 ORDER BY B", 2, Kept::Template),
+    ("SELECT Id FROM Flat WHERE S = $1 ORDER BY Id", 1, Kept::Template),
+    ("SELECT Id, S FROM Flat WHERE Cid = $1 AND S LIKE $2 ORDER BY Id", 2, Kept::Template),
+    ("SELECT Id FROM Flat WHERE Cid = $1 AND F > $2 ORDER BY Id", 2, Kept::Template),
+    ("SELECT A, B, V + $2 AS y FROM Parents WHERE A = $1 ORDER BY B", 2, Kept::Template),
+    ("SELECT A, CASE WHEN V > $2 THEN 'hi' ELSE 'lo' END AS c FROM Parents WHERE A = $1 ORDER BY B", 2, Kept::Template),
+    ("SELECT A, count(*) AS n FROM Kids WHERE A >= $1 GROUP BY A HAVING count(*) > $2 ORDER BY A", 2, Kept::Template),
+    ("SELECT p.B, k.K FROM Parents p JOIN Kids k ON p.A = k.A AND p.B = k.B AND k.X > $2 WHERE p.A = $1 ORDER BY p.B, k.K", 2, Kept::Template),
     // A row count given as a parameter is written in (a template per
     // count; a negative or NULL one takes the literal path).
-    ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY B LIMIT $2", 2, true),
-    ("SELECT K, X FROM Kids WHERE A = $2 ORDER BY K LIMIT 2 OFFSET $1", 2, true),
+    ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY B LIMIT $2", 2, Kept::Template),
+    ("SELECT K, X FROM Kids WHERE A = $2 ORDER BY K LIMIT 2 OFFSET $1", 2, Kept::Template),
     // Parameters DataFusion would bake into operators with no slot: not
     // kept.
-    ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY V + $2, B", 2, false),
+    ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY V + $2, B", 2, Kept::No),
 ];
 
 /// `sql` with `$n` replaced by `values[n - 1]` as a literal.
@@ -242,16 +255,23 @@ fn templates_are_kept_only_where_scans_take_the_parameters() {
             )
         };
         db.query(sql, &values(1)).unwrap();
-        let mut used = 0;
+        let (mut used, mut fast) = (0, 0);
         for a in [2, 3, 1] {
             let before = db.engine().template_plan_count();
+            let fast_before = db.engine().fast_path_count();
             let got = run(&db, sql, &values(a));
             used += db.engine().template_plan_count() - before;
+            fast += db.engine().fast_path_count() - fast_before;
             // (Its inline form may run a template too: one whose values
             // are all strings normalizes to this very text.)
             assert_eq!(got, run(&db, &inline(sql, &values(a)), &[]), "{sql}");
         }
-        assert_eq!(used, if *kept { 3 } else { 0 }, "{sql}");
+        let want = match kept {
+            Kept::Template => (3, 0),
+            Kept::No => (0, 0),
+            Kept::FastPath => (0, 3),
+        };
+        assert_eq!((used, fast), want, "{sql}");
     }
 }
 
