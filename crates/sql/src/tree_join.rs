@@ -276,17 +276,7 @@ pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option
     let mut joins: Vec<(Col, Col)> = Vec::new();
     for (i, on) in ons.iter().enumerate() {
         let level = i + 1;
-        let mut parts = Vec::new();
-        conjuncts(on, &mut parts);
-        for eq in parts {
-            let ast::Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::Eq,
-                right,
-            } = eq
-            else {
-                return None;
-            };
+        for (left, right) in equalities(on)? {
             let (l, r) = (resolve(&tables, left)?, resolve(&tables, right)?);
             let (earlier, this) = match (l, r) {
                 (l, r) if r.0 == level && l.0 < level => (l, r),
@@ -302,17 +292,7 @@ pub(crate) fn plan_tree_join(catalog: &Catalog, stmt: &ast::Statement) -> Option
     }
     // WHERE: `column = value`; each class holds at most one value.
     let mut wheres: Vec<(Col, Slot)> = Vec::new();
-    let mut parts = Vec::new();
-    conjuncts(selection, &mut parts);
-    for p in parts {
-        let ast::Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::Eq,
-            right,
-        } = p
-        else {
-            return None;
-        };
+    for (left, right) in equalities(selection)? {
         let (col, value) = match (resolve(&tables, left), resolve(&tables, right)) {
             (Some(c), None) => (c, right),
             (None, Some(c)) => (c, left),
@@ -638,6 +618,24 @@ fn choose_read(
     };
     let base = (!covering).then_some(rows);
     Some((Read::Index { entries, base }, eq, vt))
+}
+
+/// The two sides of each `=` of a conjunction; `None` if a conjunct is
+/// anything else.
+fn equalities(e: &ast::Expr) -> Option<Vec<(&ast::Expr, &ast::Expr)>> {
+    let mut parts = Vec::new();
+    conjuncts(e, &mut parts);
+    parts
+        .into_iter()
+        .map(|p| match p {
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Eq,
+                right,
+            } => Some((left.as_ref(), right.as_ref())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether key columns of types `a` and `b` join by identity of values.
