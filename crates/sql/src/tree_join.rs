@@ -1,5 +1,6 @@
 //! The fast path for a join whose every table is read by a key prefix the
-//! WHERE fixes: a row tree read with one statement (inner joins down a
+//! statement fixes (by a WHERE value, or by the values of rows read
+//! before it): a row tree read with one statement (inner joins down a
 //! chain of interleaved tables, the root's key fixed), and the same rows
 //! kept in separate tables, each read through its own key or an index.
 //! Each table's part is one range — of its key, or of an index's entries —
@@ -51,7 +52,8 @@
 //!   chosen by the general path's cost estimates
 //!   (`provider::key_read_cost`, `index_read_cost`) — or by the values of
 //!   a table read before it, through an `ON` equality (an order's
-//!   customer by the order's customer id: one read per distinct value).
+//!   customer by the order's customer id: one read per distinct value;
+//!   past [`MAX_LOOKUPS`] values the general path runs the statement).
 //!
 //! The tables are read and joined in this order: the first (in FROM
 //! order) a WHERE value narrows; then, of the tables joined by an `ON` to
@@ -77,10 +79,11 @@
 //! nothing). A row of a later table joins every earlier combination its `ON`
 //! values match. With ORDER BY the joined rows are sorted by Arrow's
 //! `lexsort_to_indices` (the kernel DataFusion's sort uses; the first
-//! `limit` only, with a LIMIT; ties in no promised order). Without it rows come in the last table's read order (for a chain of
-//! interleaved tables, its key order: the order of the general path's
-//! hash joins, which stream that table as the probe side; SQL promises no
-//! order without ORDER BY). The reads recorded for validation are the
+//! `limit` only, with a LIMIT; ties in no promised order). Without it,
+//! rows come in the last table's read order (for a chain of interleaved
+//! tables, its key order: the order of the general path's hash joins,
+//! which stream that table as the probe side; SQL promises no order
+//! without ORDER BY), and a LIMIT keeps the first rows of that order. The reads recorded for validation are the
 //! ranges scanned (and each fetched row's key); a range with no row ends
 //! the statement (the answer is empty whatever the later tables hold).
 
