@@ -226,10 +226,17 @@ impl Store {
         self.visible_lsn.load(Ordering::Acquire)
     }
 
-    /// Whether the data file holds every batch up to log position `lsn`
-    /// (a [`Store::readable_lsn`]): a scan at it would not wait.
-    pub fn is_applied(&self, lsn: u64) -> bool {
-        self.durable.as_ref().is_none_or(|wal| wal.is_applied(lsn))
+    /// Whether a [`Store::scan_at`] of `[start, end)` (`end = None`: to
+    /// the end of the logical key space) by a snapshot at log position
+    /// `lsn` would read at once: no batch up to `lsn` that writes inside
+    /// the range is still on its way into the data file. Batches writing
+    /// elsewhere (a bulk load's previous commit, into keys below `start`)
+    /// do not count, as they do not for the scan.
+    pub fn is_applied_in(&self, start: &[u8], end: Option<&[u8]>, lsn: u64) -> Result<bool> {
+        match &self.durable {
+            Some(wal) => wal.applied_in(start, end.unwrap_or(META_PREFIX), lsn),
+            None => Ok(true),
+        }
     }
 
     /// Waits until the data file holds every commit published so far (at

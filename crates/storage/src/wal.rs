@@ -1275,10 +1275,26 @@ impl Wal {
     /// right after the commit of another (a cascading delete after a
     /// delete) does not wait for that commit's B-tree apply.
     pub(crate) fn wait_applied_in(&self, start: &[u8], end: &[u8], lsn: u64) -> Result<()> {
+        if self.applied_in(start, end, lsn)? {
+            return Ok(());
+        }
+        // Lone flushes have their batches written at once for a while
+        // (`SCAN_WAITED_WITHIN`): this client reads what it commits.
+        self.shared.note_scan_wait();
+        self.wait_applied_to(lsn)
+    }
+
+    /// Whether [`Wal::wait_applied_in`] would return at once: no batch up
+    /// to `lsn` that writes inside `[start, end)` is still on its way into
+    /// the data file. Once true it stays true (batches up to `lsn` were
+    /// all submitted before the snapshot that needs them), so a data-file
+    /// snapshot taken after a `true` holds all the range's versions up to
+    /// `lsn`.
+    pub(crate) fn applied_in(&self, start: &[u8], end: &[u8], lsn: u64) -> Result<bool> {
         let s = &self.shared;
         if s.applied_lsn.load(Ordering::Acquire) >= lsn || start >= end {
             // Everything up to `lsn` is applied, or the range is empty.
-            return Ok(());
+            return Ok(true);
         }
         // The physical keys of logical key `k` (its versions) run from
         // `k 00 00…00` to `k 00 FF…FF` (see the crate docs); a range meets
@@ -1329,15 +1345,13 @@ impl Wal {
         if clear {
             // A stopped log applies nothing more: what it holds is not
             // readable (as for a wait), wherever it writes.
-            return s.check();
+            s.check()?;
         }
-        // Lone flushes have their batches written at once for a while
-        // (`SCAN_WAITED_WITHIN`): this client reads what it commits.
-        s.note_scan_wait();
-        self.wait_applied_to(lsn)
+        Ok(clear)
     }
 
     /// Whether every batch up to `lsn` is in the data file.
+    #[cfg(test)]
     pub(crate) fn is_applied(&self, lsn: u64) -> bool {
         self.shared.applied_lsn.load(Ordering::Acquire) >= lsn
     }

@@ -1984,10 +1984,15 @@ impl AbsentKeys {
         self.last_miss.extend_from_slice(key);
         if self.run >= ASCENDING_MISSES {
             // The stretch is learnt by a scan, which waits for the applier
-            // to reach the snapshot; a point read does not. While the data
-            // file is behind (a bulk load just committed), go on with point
-            // reads and try again at the next miss.
-            if !store.is_applied(lsn) {
+            // to reach the snapshot where the data file is behind in the
+            // scanned keys; a point read does not wait. While an unapplied
+            // batch writes at or after `key`, go on with point reads and
+            // try again at the next miss. (A batch below it, such as the
+            // previous commit of a load in ascending key order, does not
+            // hold the stretch back: that commit is applied in the
+            // background for up to 10 ms, the length of a whole
+            // 10 000-row load.)
+            if !store.is_applied_in(key, None, lsn)? {
                 return Ok(());
             }
             self.run = 0;
@@ -2185,6 +2190,70 @@ mod tests {
         let r = m.begin().unwrap();
         assert_eq!(r.get(&key(70)).unwrap(), Some(b"u".to_vec()));
         assert_eq!(r.get(&key(59)).unwrap(), Some(b"new".to_vec()));
+    }
+
+    /// A load in ascending key order learns its stretch while an earlier
+    /// commit below its keys is still on its way into the data file (the
+    /// previous transaction of a load, applied in the background); a
+    /// commit not yet applied at or after its keys holds the stretch back,
+    /// and the key it wrote is found all the same.
+    #[test]
+    fn the_stretch_is_learnt_while_only_keys_below_it_are_unapplied() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = TxnManager::new(Store::open(dir.path()).unwrap()).unwrap();
+        let key = |i: u32| format!("\x20t{i:05}").into_bytes();
+        let mut setup = m.begin().unwrap();
+        setup.put(key(500), b"old".to_vec());
+        setup.commit().unwrap();
+        m.store().wait_applied().unwrap();
+        let pause = m.store().pause_applier().unwrap().unwrap();
+        // Unapplied below the load's keys.
+        let mut below = m.begin().unwrap();
+        for i in 0..10 {
+            below.put(key(i), b"below".to_vec());
+        }
+        below.commit().unwrap();
+        let mut t = m.begin().unwrap();
+        for i in 10..30 {
+            assert_eq!(t.insert_absent(key(i), b"t".to_vec()).unwrap(), None);
+        }
+        assert!(t.absent.known, "only keys below the load are unapplied");
+        assert_eq!(t.absent.hi.as_deref(), Some(key(500).as_slice()));
+        assert_eq!(
+            t.insert_absent(key(500), b"t".to_vec()).unwrap(),
+            Some((key(500), b"old".to_vec()))
+        );
+        assert_eq!(
+            t.insert_absent(key(5), b"t".to_vec()).unwrap(),
+            Some((key(5), b"below".to_vec()))
+        );
+        drop(t);
+
+        // Unapplied above the load's start: no stretch, point reads.
+        let mut above = m.begin().unwrap();
+        above.put(key(300), b"above".to_vec());
+        above.commit().unwrap();
+        let mut t = m.begin().unwrap();
+        for i in 100..130 {
+            assert_eq!(t.insert_absent(key(i), b"t".to_vec()).unwrap(), None);
+        }
+        assert!(!t.absent.known, "a batch at key 300 is not applied");
+        assert_eq!(
+            t.insert_absent(key(300), b"t".to_vec()).unwrap(),
+            Some((key(300), b"above".to_vec()))
+        );
+        // Once it is applied, the next misses learn the stretch up to it.
+        drop(pause);
+        m.store().wait_applied().unwrap();
+        for i in 130..150 {
+            assert_eq!(t.insert_absent(key(i), b"t".to_vec()).unwrap(), None);
+        }
+        assert!(t.absent.known);
+        assert_eq!(t.absent.hi.as_deref(), Some(key(300).as_slice()));
+        t.commit().unwrap();
+        let r = m.begin().unwrap();
+        assert_eq!(r.get(&key(149)).unwrap(), Some(b"t".to_vec()));
+        assert_eq!(r.get(&key(300)).unwrap(), Some(b"above".to_vec()));
     }
 
     /// A key committed after the snapshot inside the stretch is absent to
