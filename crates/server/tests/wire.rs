@@ -1619,3 +1619,61 @@ async fn prepared_row_counts_are_bigints() {
     let e = c.query(&find, &[&"b", &-1i64, &0i64]).await.unwrap_err();
     assert_eq!(sqlstate(&e).len(), 5, "{e:?}");
 }
+
+/// Every connection's socket has TCP_NODELAY, as PostgreSQL's do: with
+/// Nagle's algorithm a pipelined client's replies after the first waited
+/// for the client's delayed ACK (pgbench's `\startpipeline` of three
+/// selects: 44 ms a pipeline, 0.1 ms with the option). The test finds the
+/// server's end of its connections among this process's sockets (the
+/// server runs in the test's process) and reads the option on each; the
+/// pipelined queries must all answer, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_have_no_nagle_delay() {
+    use std::mem::ManuallyDrop;
+    use std::os::fd::FromRawFd;
+
+    let addr = start(None).await;
+    let a = connect(addr).await;
+    let b = connect(addr).await;
+    a.batch_execute("SELECT 1").await.unwrap();
+    let select = b.prepare("SELECT $1::bigint + 1").await.unwrap();
+    // Pipelined: all sent before the first reply is read.
+    let replies = futures::future::join_all((0..20i64).map(|i| {
+        let (b, select) = (&b, &select);
+        async move { b.query_one(select, &[&i]).await.unwrap().get::<_, i64>(0) }
+    }))
+    .await;
+    assert_eq!(replies, (1..=20).collect::<Vec<i64>>());
+
+    // The server's ends of this server's connections: TCP sockets of this
+    // process whose local address is the server's and that have a peer
+    // (the listener has none).
+    let mut accepted = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let entry = entry.unwrap();
+        let is_socket = std::fs::read_link(entry.path())
+            .map(|l| l.to_string_lossy().starts_with("socket:"))
+            .unwrap_or(false);
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if !is_socket {
+            continue;
+        }
+        // Borrowed, never closed (ManuallyDrop): the descriptor belongs
+        // to the server or the client.
+        let socket = ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+        if socket.local_addr().ok() != Some(addr) || socket.peer_addr().is_err() {
+            continue;
+        }
+        accepted += 1;
+        assert!(
+            socket.nodelay().unwrap(),
+            "a connection to the server without TCP_NODELAY"
+        );
+    }
+    assert!(
+        accepted >= 2,
+        "found {accepted} of the server's connections"
+    );
+}

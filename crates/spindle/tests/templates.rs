@@ -110,6 +110,11 @@ const QUERIES: &[(&str, usize, Kept)] = &[
     ("SELECT A, CASE WHEN V > $2 THEN 'hi' ELSE 'lo' END AS c FROM Parents WHERE A = $1 ORDER BY B", 2, Kept::Template),
     ("SELECT A, count(*) AS n FROM Kids WHERE A >= $1 GROUP BY A HAVING count(*) > $2 ORDER BY A", 2, Kept::Template),
     ("SELECT p.B, k.K FROM Parents p JOIN Kids k ON p.A = k.A AND p.B = k.B AND k.X > $2 WHERE p.A = $1 ORDER BY p.B, k.K", 2, Kept::Template),
+    // A parameter in an expression on the key (folded with each
+    // execution's value before the scan plans its ranges).
+    ("SELECT A, B, V FROM Parents WHERE A = $1 + 1 ORDER BY B", 1, Kept::Template),
+    ("SELECT K, X FROM Kids WHERE A = $1 * 2 - 3 AND B = $2 ORDER BY K", 2, Kept::Template),
+    ("SELECT Id, S FROM Flat WHERE Id >= $1 - 2 AND Id < $2 + 3 ORDER BY Id", 2, Kept::Template),
     // A row count given as a parameter is written in (a template per
     // count; a negative or NULL one takes the literal path).
     ("SELECT A, B FROM Parents WHERE A = $1 ORDER BY B LIMIT $2", 2, Kept::Template),
@@ -350,6 +355,77 @@ fn kept_templates_read_in_each_transaction() {
     .unwrap();
     let err = s.execute("COMMIT", &[]).unwrap_err();
     assert_eq!(err.sqlstate(), "40001", "{err}");
+}
+
+/// A parameter inside an expression on a key column (`Id = $1 * 2 + 1`)
+/// is folded with its value before the scan plans its ranges, so the kept
+/// plan reads the one row, not the whole table (which it did: 10 ms
+/// against 0.08 for PostgreSQL over 100 000 rows). Seen in what the read
+/// conflicts with: an insert elsewhere in the table leaves the reading
+/// transaction alone, an update of the row it read fails it.
+#[test]
+fn a_parameter_expression_on_the_key_reads_by_key() {
+    let db = db();
+    let q = "SELECT Id, S FROM Flat WHERE Id = $1 * 2 + 1";
+    let read = |s: &mut spindle::Session, v: i64| -> Vec<Vec<Value>> {
+        s.query(q, &[Value::Int64(v)])
+            .unwrap()
+            .rows()
+            .unwrap()
+            .iter()
+            .map(|r| r.values().to_vec())
+            .collect()
+    };
+    let mut s = db.session();
+    assert_eq!(
+        read(&mut s, 1),
+        vec![vec![Value::Int64(3), Value::String("s0".into())]]
+    );
+    let before = db.engine().template_plan_count();
+    s.execute("BEGIN", &[]).unwrap();
+    assert_eq!(
+        read(&mut s, 2),
+        vec![vec![Value::Int64(5), Value::String("s2".into())]]
+    );
+    s.execute("INSERT INTO Flat VALUES (200, 0, 0.5, 'a')", &[])
+        .unwrap();
+    db.execute("INSERT INTO Flat VALUES (300, 0, 0.5, 'b')", &[])
+        .unwrap();
+    s.execute("COMMIT", &[]).unwrap();
+    assert_eq!(db.engine().template_plan_count(), before + 1);
+
+    s.execute("BEGIN", &[]).unwrap();
+    assert_eq!(read(&mut s, 2).len(), 1);
+    s.execute("INSERT INTO Flat VALUES (201, 0, 0.5, 'a')", &[])
+        .unwrap();
+    db.execute("UPDATE Flat SET S = 'u' WHERE Id = 5", &[])
+        .unwrap();
+    let err = s.execute("COMMIT", &[]).unwrap_err();
+    assert_eq!(err.sqlstate(), "40001", "{err}");
+    // A value whose expression overflows: the literal path's error
+    // (22003), on the key and in conditions DataFusion applies, whose
+    // INT64 arithmetic on a parameter wrapped around before.
+    for (sql, values) in [
+        (q, vec![Value::Int64(i64::MAX)]),
+        (q, vec![Value::Int64(i64::MIN)]),
+        (
+            "SELECT Id FROM Flat WHERE Cid = $1 AND F > $2 * 2 ORDER BY Id",
+            vec![Value::Int64(1), Value::Int64(i64::MAX)],
+        ),
+        (
+            "SELECT A, V * $2 AS y FROM Parents WHERE A = $1 ORDER BY B",
+            vec![Value::Int64(1), Value::Int64(i64::MAX)],
+        ),
+        (
+            "SELECT A FROM Parents WHERE A = $1 AND V + $2 > 0 ORDER BY B",
+            vec![Value::Int64(1), Value::Int64(i64::MAX)],
+        ),
+    ] {
+        for _ in 0..2 {
+            let got = outcome(s.query(sql, &values));
+            assert_eq!(got, outcome(s.query(&inline(sql, &values), &[])), "{sql}");
+        }
+    }
 }
 
 /// A schema change plans the template again under the new catalog.

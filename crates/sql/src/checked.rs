@@ -10,7 +10,7 @@
 //! Arrow's checked kernels. Everything else — other types, mixed types
 //! (coerced by DataFusion as before), other operators — is left alone.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::Datum;
 use datafusion::arrow::compute::kernels::numeric;
@@ -18,8 +18,8 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
-    ColumnarValue, ExprSchemable, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-    Volatility,
+    ColumnarValue, Expr, ExprSchemable, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
 };
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 
@@ -65,6 +65,43 @@ impl ExprPlanner for CheckedIntArithmetic {
             udf.call(vec![expr.left, expr.right]),
         ))
     }
+}
+
+/// `e` with every INT64 `+ - *` that involves a parameter planned as the
+/// checked functions, as [`CheckedIntArithmetic`] plans those whose
+/// operand types it knows. A placeholder's type is not known when the
+/// SQL planner meets it (DataFusion infers it later), so `$1 * 2` was
+/// planned with the wrapping operator: a kept plan computed
+/// `9223372036854775807 * 2 + 1` as -1 where the same query with the
+/// value written in raised 22003. `schema` types the columns of `e`.
+pub(crate) fn checked_parameter_arithmetic(e: Expr, schema: &DFSchema) -> Result<Expr> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    static OPS: OnceLock<CheckedIntArithmetic> = OnceLock::new();
+    let ops = OPS.get_or_init(CheckedIntArithmetic::new);
+    let has_placeholder = |e: &Expr| {
+        e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
+            .unwrap_or(false)
+    };
+    e.transform_up(|e| {
+        let Expr::BinaryExpr(b) = &e else {
+            return Ok(Transformed::no(e));
+        };
+        let udf = match b.op {
+            Operator::Plus => &ops.add,
+            Operator::Minus => &ops.sub,
+            Operator::Multiply => &ops.mul,
+            _ => return Ok(Transformed::no(e)),
+        };
+        let int64 = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Int64));
+        if !(int64(&b.left) && int64(&b.right)) || !has_placeholder(&e) {
+            return Ok(Transformed::no(e));
+        }
+        let Expr::BinaryExpr(b) = e else {
+            return Ok(Transformed::no(e));
+        };
+        Ok(Transformed::yes(udf.call(vec![*b.left, *b.right])))
+    })
+    .map(|t| t.data)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

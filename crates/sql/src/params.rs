@@ -89,10 +89,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
 };
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
@@ -141,25 +143,91 @@ fn replace(
     filters: &[Expr],
     value: impl Fn(&str, Option<&DataType>) -> Option<ScalarValue>,
 ) -> datafusion::error::Result<Vec<Expr>> {
+    let substitute = |e: Expr| {
+        e.transform_up(|e| {
+            Ok(match &e {
+                Expr::Placeholder(p) => {
+                    let ty = p.field.as_ref().map(|f| f.data_type());
+                    match value(&p.id, ty) {
+                        Some(v) => Transformed::yes(Expr::Literal(v, None)),
+                        None => Transformed::no(e),
+                    }
+                }
+                _ => Transformed::no(e),
+            })
+        })
+        .map(|t| t.data)
+    };
     filters
         .iter()
         .map(|f| {
             f.clone()
-                .transform_up(|e| {
-                    Ok(match &e {
-                        Expr::Placeholder(p) => {
-                            let ty = p.field.as_ref().map(|f| f.data_type());
-                            match value(&p.id, ty) {
-                                Some(v) => Transformed::yes(Expr::Literal(v, None)),
-                                None => Transformed::no(e),
-                            }
-                        }
-                        _ => Transformed::no(e),
-                    })
+                .transform_down(|e| {
+                    if !is_parameter_constant(&e) {
+                        return Ok(Transformed::no(e));
+                    }
+                    // The whole constant, folded once its values are in
+                    // (INT64 arithmetic checked, as the literal path's):
+                    // nothing below it is left to visit.
+                    let checked = crate::checked::checked_parameter_arithmetic(
+                        e,
+                        &datafusion::common::DFSchema::empty(),
+                    )?;
+                    let folded = fold(substitute(checked)?);
+                    Ok(Transformed::new(folded, true, TreeNodeRecursion::Jump))
                 })
                 .map(|t| t.data)
         })
         .collect()
+}
+
+/// Whether `e` is a constant once its placeholders have values: a
+/// placeholder, or an expression of placeholders and literals by
+/// operators, casts and immutable functions that holds a placeholder.
+/// (The optimizer folded every such expression of literals alone before
+/// the scan saw its filters; one of parameters it could not, so `k = $1 +
+/// 1` reached the scan as no key bound and a kept plan read the whole
+/// table for it.)
+fn is_parameter_constant(e: &Expr) -> bool {
+    let mut placeholder = false;
+    let mut constant = true;
+    let _ = e.apply(|e| {
+        match e {
+            Expr::Placeholder(_) => placeholder = true,
+            Expr::Literal(..)
+            | Expr::BinaryExpr(_)
+            | Expr::Cast(_)
+            | Expr::TryCast(_)
+            | Expr::Negative(_)
+            | Expr::Not(_)
+            | Expr::IsNull(_)
+            | Expr::IsNotNull(_) => {}
+            Expr::ScalarFunction(f) if f.func.signature().volatility == Volatility::Immutable => {}
+            _ => constant = false,
+        }
+        Ok(if constant {
+            TreeNodeRecursion::Continue
+        } else {
+            TreeNodeRecursion::Stop
+        })
+    });
+    placeholder && constant
+}
+
+/// `e` (a [`is_parameter_constant`] expression with its values in) as one
+/// literal; `e` itself when a placeholder had no value or the evaluation
+/// fails (an overflow, a division by zero: the scan then treats it as any
+/// expression it cannot read as a key bound, as before, and the literal
+/// path reports the error).
+fn fold(e: Expr) -> Expr {
+    if matches!(e, Expr::Literal(..)) || has_placeholder(&e) {
+        return e;
+    }
+    let simplifier = ExprSimplifier::new(SimplifyContext::default());
+    match simplifier.simplify(e.clone()) {
+        Ok(folded @ Expr::Literal(..)) => folded,
+        _ => e,
+    }
 }
 
 /// A value of type `ty` for the `i`-th placeholder, distinct from every
@@ -363,13 +431,24 @@ pub(crate) fn into_slots(
             })
         })
     };
+    // INT64 arithmetic on parameters checked first, while the
+    // placeholders still carry their types.
+    let checked = |e: Expr, schema: &datafusion::common::DFSchemaRef| {
+        crate::checked::checked_parameter_arithmetic(e, schema)
+    };
     plan.transform_up_with_subqueries(|node| match node {
-        LogicalPlan::Filter(_) => node.map_expressions(to_slots),
-        LogicalPlan::Projection(_) => {
+        LogicalPlan::Filter(_) | LogicalPlan::Projection(_) => {
+            // (A filter or a projection has its one input.)
+            let Some(schema) = node.inputs().first().map(|i| i.schema().clone()) else {
+                return Ok(Transformed::no(node));
+            };
+            if matches!(node, LogicalPlan::Filter(_)) {
+                return node.map_expressions(|e| to_slots(checked(e, &schema)?));
+            }
             let names = NamePreserver::new(&node);
             node.map_expressions(|e| {
                 let name = names.save(&e);
-                Ok(to_slots(e)?.update_data(|e| name.restore(e)))
+                Ok(to_slots(checked(e, &schema)?)?.update_data(|e| name.restore(e)))
             })
         }
         _ => Ok(Transformed::no(node)),
