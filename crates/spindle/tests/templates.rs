@@ -11,6 +11,8 @@
 use proptest::prelude::*;
 use spindle::{Database, Value};
 
+use crate::common::rows_with;
+
 const SCHEMA: &[&str] = &[
     "CREATE TABLE Parents (A INT64 NOT NULL, B STRING(MAX) NOT NULL, V INT64, W STRING(MAX)) PRIMARY KEY (A, B)",
     "CREATE TABLE Kids (A INT64 NOT NULL, B STRING(MAX) NOT NULL, K INT64 NOT NULL, X INT64) PRIMARY KEY (A, B, K), INTERLEAVE IN PARENT Parents ON DELETE CASCADE",
@@ -367,15 +369,7 @@ fn kept_templates_read_in_each_transaction() {
 fn a_parameter_expression_on_the_key_reads_by_key() {
     let db = db();
     let q = "SELECT Id, S FROM Flat WHERE Id = $1 * 2 + 1";
-    let read = |s: &mut spindle::Session, v: i64| -> Vec<Vec<Value>> {
-        s.query(q, &[Value::Int64(v)])
-            .unwrap()
-            .rows()
-            .unwrap()
-            .iter()
-            .map(|r| r.values().to_vec())
-            .collect()
-    };
+    let read = |s: &mut spindle::Session, v: i64| rows_with(s, q, &[Value::Int64(v)]);
     let mut s = db.session();
     assert_eq!(
         read(&mut s, 1),

@@ -72,6 +72,15 @@
 //!   otherwise (a NULL, which no range holds; equal values in an IN list)
 //!   take the literal path. So a kept template runs exactly the plan the
 //!   literal path would have made, with the same decisions at its scans.
+//! * A constant expression of placeholders (`k = $1 + 1`, `$1 * 2`, a
+//!   cast or an immutable function of them) reaches a scan unfolded, as
+//!   the optimizer cannot fold it: it is folded with the stand-ins when
+//!   the template is planned and with each execution's values before the
+//!   scan plans again ([`replace`]), so that it bounds the key as the
+//!   literal path's folded value would. Its INT64 `+ - *`, and those of
+//!   slots, run checked (22003 on overflow, as the literal path's); one
+//!   that fails to evaluate stays unfolded, so the scan decides otherwise
+//!   and the execution takes the literal path, which reports the error.
 //! * A value is used only with the type DataFusion inferred for its
 //!   placeholder ([`value_for`]); any other pairing (text for a number,
 //!   an integer for a float) takes the literal path, whose casts and

@@ -4,7 +4,12 @@ use spindle::{Session, Value};
 
 /// The rows of a query, as values.
 pub fn rows(s: &mut Session, sql: &str) -> Vec<Vec<Value>> {
-    s.query(sql, &[])
+    rows_with(s, sql, &[])
+}
+
+/// The rows of a query with parameters, as values.
+pub fn rows_with(s: &mut Session, sql: &str, params: &[Value]) -> Vec<Vec<Value>> {
+    s.query(sql, params)
         .unwrap()
         .rows()
         .unwrap()
