@@ -93,7 +93,7 @@ pub(crate) fn checked_parameter_arithmetic(e: Expr, schema: &DFSchema) -> Result
             _ => return Ok(Transformed::no(e)),
         };
         let int64 = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Int64));
-        if !(int64(&b.left) && int64(&b.right)) || !has_placeholder(&e) {
+        if !(int64(&b.left) && int64(&b.right) && has_placeholder(&e)) {
             return Ok(Transformed::no(e));
         }
         let Expr::BinaryExpr(b) = e else {
