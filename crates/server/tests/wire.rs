@@ -1620,13 +1620,14 @@ async fn prepared_row_counts_are_bigints() {
     assert_eq!(sqlstate(&e).len(), 5, "{e:?}");
 }
 
-/// Every connection's socket has TCP_NODELAY, as PostgreSQL's do: with
-/// Nagle's algorithm a pipelined client's replies after the first waited
-/// for the client's delayed ACK (pgbench's `\startpipeline` of three
-/// selects: 44 ms a pipeline, 0.1 ms with the option). The test finds the
-/// server's end of its connections among this process's sockets (the
-/// server runs in the test's process) and reads the option on each; the
-/// pipelined queries must all answer, in order.
+/// Every connection's socket has TCP_NODELAY, as PostgreSQL's do (pgwire
+/// sets it when it takes the socket): with Nagle's algorithm, a reply
+/// written while the previous one is unacknowledged would wait for the
+/// pipelining client's delayed ACK. This guards the option should the
+/// server take its sockets another way. The test finds the server's end
+/// of its connections among this process's sockets (the server runs in
+/// the test's process) and reads the option on each; the pipelined
+/// queries must all answer, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_have_no_nagle_delay() {
     use std::mem::ManuallyDrop;

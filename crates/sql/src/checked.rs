@@ -78,10 +78,6 @@ pub(crate) fn checked_parameter_arithmetic(e: Expr, schema: &DFSchema) -> Result
     use datafusion::common::tree_node::{Transformed, TreeNode};
     static OPS: OnceLock<CheckedIntArithmetic> = OnceLock::new();
     let ops = OPS.get_or_init(CheckedIntArithmetic::new);
-    let has_placeholder = |e: &Expr| {
-        e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
-            .unwrap_or(false)
-    };
     e.transform_up(|e| {
         let Expr::BinaryExpr(b) = &e else {
             return Ok(Transformed::no(e));
@@ -93,7 +89,7 @@ pub(crate) fn checked_parameter_arithmetic(e: Expr, schema: &DFSchema) -> Result
             _ => return Ok(Transformed::no(e)),
         };
         let int64 = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Int64));
-        if !(int64(&b.left) && int64(&b.right) && has_placeholder(&e)) {
+        if !(int64(&b.left) && int64(&b.right) && crate::params::has_placeholder(&e)) {
             return Ok(Transformed::no(e));
         }
         let Expr::BinaryExpr(b) = e else {

@@ -116,7 +116,7 @@ pub(crate) fn any_placeholder(filters: &[Expr]) -> bool {
     filters.iter().any(has_placeholder)
 }
 
-fn has_placeholder(e: &Expr) -> bool {
+pub(crate) fn has_placeholder(e: &Expr) -> bool {
     e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
         .unwrap_or(true)
 }
